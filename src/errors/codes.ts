@@ -1,0 +1,61 @@
+// The one numeric error registry. A code here is exactly `errors[].code` in the
+// v4 API envelope, the exit status family of the CLI, and what tests assert on.
+// Codes are grouped by range per domain and never reused or renumbered:
+//   1xxx expression syntax   2xxx expression types and names
+//   3xxx packets and captures 5xxx configuration   7xxx API   8xxx store   9xxx channel/notify
+
+/** One registry entry: a stable name, an HTTP status for the API, and a one-line summary. */
+export interface ErrorDef {
+  readonly code: number;
+  readonly status: number;
+  readonly summary: string;
+}
+
+function def(code: number, status: number, summary: string): ErrorDef {
+  return Object.freeze({ code, status, summary });
+}
+
+/** Every error Moat can report, keyed by a stable symbolic name. */
+export const ERRORS = Object.freeze({
+  // 1xxx: expression syntax (lexing and parsing)
+  EXPR_UNEXPECTED_CHAR: def(1001, 400, 'unexpected character'),
+  EXPR_UNTERMINATED_STRING: def(1002, 400, 'unterminated string literal'),
+  EXPR_BAD_ESCAPE: def(1003, 400, 'invalid escape sequence in string'),
+  EXPR_BAD_INT: def(1004, 400, 'invalid integer literal'),
+  EXPR_INT_OVERFLOW: def(1005, 400, 'integer literal out of 64-bit range'),
+  EXPR_BAD_IP: def(1006, 400, 'invalid IP address'),
+  EXPR_BAD_CIDR: def(1007, 400, 'invalid CIDR prefix length'),
+  EXPR_CIDR_HOST_BITS: def(1008, 400, 'CIDR has host bits set'),
+  EXPR_BAD_RANGE: def(1009, 400, 'invalid range'),
+  EXPR_RANGE_OUTSIDE_SET: def(1010, 400, 'CIDR or range allowed only inside a set'),
+  EXPR_COMMA_IN_SET: def(1011, 400, 'set items are separated by spaces, not commas'),
+  EXPR_UNEXPECTED_TOKEN: def(1012, 400, 'unexpected token'),
+  EXPR_UNCLOSED_PAREN: def(1013, 400, 'missing closing parenthesis'),
+  EXPR_UNEXPECTED_END: def(1014, 400, 'unexpected end of expression'),
+  EXPR_UNCLOSED_SET: def(1015, 400, 'missing closing brace of set'),
+  EXPR_BAD_LIST_NAME: def(1016, 400, 'invalid list name'),
+  EXPR_TOO_LONG: def(1017, 400, 'expression too long'),
+  EXPR_TOO_DEEP: def(1018, 400, 'expression nested too deeply'),
+  EXPR_BAD_OPERATOR: def(1019, 400, 'unknown operator'),
+  EXPR_BAD_RAW_STRING: def(1020, 400, 'invalid raw string'),
+  EXPR_TRAILING_INPUT: def(1021, 400, 'unexpected input after expression'),
+  EXPR_BAD_BYTES: def(1022, 400, 'invalid byte string literal'),
+  EXPR_BAD_REGEX: def(1023, 400, 'invalid regular expression'),
+  EXPR_EMPTY: def(1024, 400, 'empty expression'),
+
+  // 2xxx: expression names and types (checking)
+  EXPR_UNKNOWN_FIELD: def(2001, 400, 'unknown field'),
+  EXPR_UNSUPPORTED_OP: def(2002, 400, 'operator not supported for this field type'),
+  EXPR_TYPE_MISMATCH: def(2003, 400, 'value does not match the field type'),
+  EXPR_MISSING_OP: def(2004, 400, 'comparison needs an operator and a value'),
+  EXPR_BOOL_WITH_OP: def(2005, 400, 'boolean field is used bare, without an operator'),
+  EXPR_UNKNOWN_LIST: def(2006, 400, 'unknown list'),
+  EXPR_LIST_TYPE: def(2007, 400, 'lists hold IP addresses only'),
+  EXPR_UNKNOWN_FUNCTION: def(2008, 400, 'unknown function'),
+  EXPR_BAD_ARGUMENTS: def(2009, 400, 'invalid function arguments'),
+  EXPR_NOT_BOOLEAN: def(2010, 400, 'expression is not a boolean test'),
+  EXPR_MIXED_SET: def(2011, 400, 'set items are of different types'),
+});
+
+/** Symbolic error name. */
+export type ErrorName = keyof typeof ERRORS;

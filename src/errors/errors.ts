@@ -1,0 +1,47 @@
+// Base error type for everything Moat reports to a user: a stable numeric code
+// from the registry, a human message, and optional location data (a source
+// span for expressions, a JSON pointer for API bodies, a file and line for CLI input).
+
+import { ERRORS, type ErrorName } from './codes.js';
+
+/** A half-open character range [start, end) in some source text. */
+export interface Span {
+  readonly start: number;
+  readonly end: number;
+}
+
+/** Optional location and explanation attached to an error. */
+export interface ErrorDetails {
+  span?: Span;
+  pointer?: string;
+  hint?: string;
+  file?: string;
+  line?: number;
+  cause?: unknown;
+}
+
+/** An error with a registry code. `code` is the v4 envelope's `errors[].code`. */
+export class MoatError extends Error {
+  readonly code: number;
+  readonly errorName: ErrorName;
+  readonly status: number;
+  span: Span | undefined;
+  pointer: string | undefined;
+  hint: string | undefined;
+  file: string | undefined;
+  line: number | undefined;
+
+  constructor(name: ErrorName, message: string, details: ErrorDetails = {}) {
+    super(message, details.cause === undefined ? undefined : { cause: details.cause });
+    const def = ERRORS[name];
+    this.name = 'MoatError';
+    this.errorName = name;
+    this.code = def.code;
+    this.status = def.status;
+    this.span = details.span;
+    this.pointer = details.pointer;
+    this.hint = details.hint;
+    this.file = details.file;
+    this.line = details.line;
+  }
+}

@@ -1,0 +1,124 @@
+// The execution context: one fixed-size store per value type, indexed by the
+// slots the scheme assigned. A packet path fills it, a compiled filter reads it.
+// It is reused from packet to packet: reset() marks every field absent without
+// allocating. An absent int is NaN, so every ordered comparison on it is false.
+
+import { parseIp } from '../net/index.js';
+import type { Scheme } from './scheme.js';
+
+const encoder = new TextEncoder();
+// Strings set through setString are encoded once and kept (bounded), so that
+// protocol names and country codes cost no allocation per packet.
+const interned = new Map<string, Uint8Array>();
+const INTERN_MAX = 4096;
+
+/** Returns the UTF-8 bytes of `s`, cached for repeated values. */
+export function internBytes(s: string): Uint8Array {
+  let b = interned.get(s);
+  if (b === undefined) {
+    b = encoder.encode(s);
+    if (interned.size < INTERN_MAX) interned.set(s, b);
+  }
+  return b;
+}
+
+/** Field values of one packet, by slot. */
+export class ExecutionContext {
+  /** Int values; NaN when absent. */
+  readonly ints: Float64Array;
+  /** Bool values, 0 or 1; absent reads as 0 (false). */
+  readonly bools: Uint8Array;
+  /** IP family per slot: 0 absent, 4 or 6. */
+  readonly ipFamily: Uint8Array;
+  /** IPv4 value per slot. */
+  readonly ip4: Uint32Array;
+  /** IPv6 value per slot, four words at 4*slot. */
+  readonly ip6: Uint32Array;
+  /** Bytes values: a view [start, end) of a buffer, or null when absent. */
+  readonly bytesBuf: Array<Uint8Array | null>;
+  readonly bytesStart: Int32Array;
+  readonly bytesEnd: Int32Array;
+  /** The string a bytes value was set from, when it was (saves work for `matches`). */
+  readonly bytesText: Array<string | null>;
+
+  constructor(readonly scheme: Scheme) {
+    const n = scheme.slotCounts;
+    this.ints = new Float64Array(n.int).fill(NaN);
+    this.bools = new Uint8Array(n.bool);
+    this.ipFamily = new Uint8Array(n.ip);
+    this.ip4 = new Uint32Array(n.ip);
+    this.ip6 = new Uint32Array(n.ip * 4);
+    this.bytesBuf = new Array<Uint8Array | null>(n.bytes).fill(null);
+    this.bytesStart = new Int32Array(n.bytes);
+    this.bytesEnd = new Int32Array(n.bytes);
+    this.bytesText = new Array<string | null>(n.bytes).fill(null);
+  }
+
+  /** Marks every field absent. */
+  reset(): void {
+    this.ints.fill(NaN);
+    this.bools.fill(0);
+    this.ipFamily.fill(0);
+    this.bytesBuf.fill(null);
+    this.bytesText.fill(null);
+  }
+
+  setInt(slot: number, v: number): void {
+    this.ints[slot] = v;
+  }
+
+  setBool(slot: number, v: boolean): void {
+    this.bools[slot] = v ? 1 : 0;
+  }
+
+  setIp4(slot: number, v: number): void {
+    this.ipFamily[slot] = 4;
+    this.ip4[slot] = v;
+  }
+
+  setIp6(slot: number, w0: number, w1: number, w2: number, w3: number): void {
+    this.ipFamily[slot] = 6;
+    const o = slot * 4;
+    this.ip6[o] = w0;
+    this.ip6[o + 1] = w1;
+    this.ip6[o + 2] = w2;
+    this.ip6[o + 3] = w3;
+  }
+
+  /** Sets an IP field from text (a convenience for tests and tools; it allocates). */
+  setIp(slot: number, text: string): void {
+    const a = parseIp(text);
+    if (a === undefined) throw new Error(`invalid IP address "${text}"`);
+    if (a.family === 4) this.setIp4(slot, a.words[0]!);
+    else this.setIp6(slot, a.words[0]!, a.words[1]!, a.words[2]!, a.words[3]!);
+  }
+
+  /** Sets a bytes field to the view [start, end) of `buf` (no copy). */
+  setBytes(slot: number, buf: Uint8Array, start: number, end: number): void {
+    this.bytesBuf[slot] = buf;
+    this.bytesStart[slot] = start;
+    this.bytesEnd[slot] = end;
+    this.bytesText[slot] = null;
+  }
+
+  /** Sets a bytes field to the UTF-8 encoding of `s`. */
+  setString(slot: number, s: string): void {
+    const b = internBytes(s);
+    this.bytesBuf[slot] = b;
+    this.bytesStart[slot] = 0;
+    this.bytesEnd[slot] = b.length;
+    // Only ASCII text equals the latin1 reading of its bytes that `matches` uses.
+    this.bytesText[slot] = b.length === s.length ? s : null;
+  }
+
+  /** Marks one field absent. */
+  clear(type: 'int' | 'ip' | 'bytes' | 'bool', slot: number): void {
+    if (type === 'int') this.ints[slot] = NaN;
+    else if (type === 'bool') this.bools[slot] = 0;
+    else if (type === 'ip') this.ipFamily[slot] = 0;
+    else {
+      this.bytesBuf[slot] = null;
+      this.bytesText[slot] = null;
+    }
+  }
+}

@@ -1,0 +1,17 @@
+// Public face of the IP primitives: parsing, formatting, range sets and IP sets.
+export {
+  parseIp,
+  parseIpv4,
+  parseCidr,
+  formatIp,
+  formatIpv4,
+  formatIpv6,
+  maskAddress,
+  prefixLast,
+  compareWords,
+  type IpAddress,
+  type IpPrefix,
+  type CidrResult,
+} from './ip.js';
+export { NumberRangeSet, Ip6RangeSet } from './range-set.js';
+export { IpRangeSet, parseIpRange, EMPTY_IP_SET, type IpMatcher, type IpRange } from './ip-set.js';

@@ -1,0 +1,48 @@
+// The network_transit field set (Cloudflare Magic Firewall's fields) as a scheme,
+// with what each field means for a packet. The decoder fills these slots; the
+// language checks rule expressions against them.
+
+import { SchemeBuilder, type Scheme } from '../expr/index.js';
+
+/** The scheme of the network_transit phase. */
+export const TRANSIT_SCHEME: Scheme = new SchemeBuilder()
+  .field('ip.src', 'ip', { description: 'Source address, IPv4 or IPv6' })
+  .field('ip.dst', 'ip', { description: 'Destination address, IPv4 or IPv6' })
+  .field('ip.proto', 'bytes', {
+    description: 'Transport protocol as a lowercase IANA keyword ("tcp", "udp", "icmp", "ipv6-icmp", "gre", ...); IPv6: after extension headers; a number without a keyword is its decimal string',
+  })
+  .field('ip.len', 'int', { description: 'IPv4 total length; IPv6: 40 + payload length (the packet including its header)' })
+  .field('ip.hdr_len', 'int', { description: 'IPv4 header length in 32-bit words (IHL, 5..15); absent on IPv6' })
+  .field('ip.ttl', 'int', { description: 'IPv4 TTL or IPv6 hop limit' })
+  .field('ip.opt.type', 'int', { description: 'Type byte of the first IPv4 option; absent when there is none' })
+  .field('ip.src.country', 'bytes', { description: 'ISO 3166-1 alpha-2 country of the source (GeoIP)' })
+  .field('ip.dst.country', 'bytes', { description: 'ISO 3166-1 alpha-2 country of the destination (GeoIP)' })
+  .field('ip.geoip.country', 'bytes', {
+    description: 'Deprecated: matches the source or the destination country',
+    anyOf: ['ip.src.country', 'ip.dst.country'],
+  })
+  .field('ip.src.asnum', 'int', { description: 'AS number of the source (GeoIP ASN)' })
+  .field('ip.dst.asnum', 'int', { description: 'AS number of the destination (GeoIP ASN)' })
+  .field('tcp.srcport', 'int', { description: 'TCP source port' })
+  .field('tcp.dstport', 'int', { description: 'TCP destination port' })
+  .field('tcp.flags', 'int', { description: 'TCP flags byte (CWR ECE URG ACK PSH RST SYN FIN)' })
+  .field('tcp.flags.fin', 'bool', { description: 'TCP FIN' })
+  .field('tcp.flags.syn', 'bool', { description: 'TCP SYN' })
+  .field('tcp.flags.reset', 'bool', { description: 'TCP RST' })
+  .field('tcp.flags.push', 'bool', { description: 'TCP PSH' })
+  .field('tcp.flags.ack', 'bool', { description: 'TCP ACK' })
+  .field('tcp.flags.urg', 'bool', { description: 'TCP URG' })
+  .field('tcp.flags.ecn', 'bool', { description: 'TCP ECN-Echo (ECE, 0x40)' })
+  .field('tcp.flags.cwr', 'bool', { description: 'TCP CWR' })
+  .field('udp.srcport', 'int', { description: 'UDP source port' })
+  .field('udp.dstport', 'int', { description: 'UDP destination port' })
+  .field('icmp.type', 'int', { description: 'ICMP or ICMPv6 type' })
+  .field('icmp.code', 'int', { description: 'ICMP or ICMPv6 code' })
+  .field('ip', 'bytes', { raw: true, description: 'Raw bytes from the IP header to the end of the packet (for bit_slice)' })
+  .field('tcp', 'bytes', { raw: true, description: 'Raw bytes from the TCP header on' })
+  .field('udp', 'bytes', { raw: true, description: 'Raw bytes from the UDP header on' })
+  .field('icmp', 'bytes', { raw: true, description: 'Raw bytes from the ICMP/ICMPv6 header on' })
+  .field('sip', 'bool', { description: 'The UDP payload is a valid SIP message' })
+  .field('cf.colo.name', 'bytes', { description: 'Name of the site running Moat (configured), e.g. "sfo06"' })
+  .field('cf.colo.region', 'bytes', { description: 'Region of the site running Moat (configured), e.g. "WNAM"' })
+  .build();

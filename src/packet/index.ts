@@ -1,0 +1,2 @@
+// Public face of the packet layer: for now, the network_transit field set.
+export { TRANSIT_SCHEME } from './fields.js';
