@@ -54,7 +54,6 @@ export const ERRORS = Object.freeze({
   EXPR_UNKNOWN_FUNCTION: def(2008, 400, 'unknown function'),
   EXPR_BAD_ARGUMENTS: def(2009, 400, 'invalid function arguments'),
   EXPR_NOT_BOOLEAN: def(2010, 400, 'expression is not a boolean test'),
-  EXPR_MIXED_SET: def(2011, 400, 'set items are of different types'),
 });
 
 /** Symbolic error name. */

@@ -66,8 +66,7 @@ export function compileChecked(node: Checked, lists: ListProvider | undefined): 
         };
       }
       return (c) => {
-        const v = g === null ? c.ints[s]! : g(c);
-        return v === v && set.has(v);
+        return set.has(g === null ? c.ints[s]! : g(c));
       };
     }
     case 'ip-cmp':

@@ -29,6 +29,7 @@ export function renderError(source: string, err: MoatError, label = ''): string 
   let text = source.slice(lineStart, lineEnd);
   if (text.endsWith('\r')) text = text.slice(0, -1);
   // Control characters would garble the terminal; show them as spaces, keeping columns.
+  // eslint-disable-next-line no-control-regex -- matching control characters is the point
   text = text.replace(/[\x00-\x1f\x7f]/g, ' ');
   const width = Math.max(1, Math.min(span.end, lineStart + text.length) - span.start);
   const pad = ' '.repeat(column - 1);

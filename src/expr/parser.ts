@@ -241,7 +241,7 @@ class Parser {
       let hint: string | undefined;
       if (WORD_OPS[lower] !== undefined) hint = `operators are lowercase: "${lower}"`;
       else {
-        const glued = Object.keys(WORD_OPS).find((k) => word.startsWith(k) && word.length > k.length);
+        const glued = [...Object.keys(WORD_OPS), 'and', 'xor', 'or'].find((k) => word.startsWith(k) && word.length > k.length);
         if (glued !== undefined) hint = `put a space between "${glued}" and "${word.slice(glued.length)}"`;
         else if (word === 'wildcard' || word === 'strict') hint = 'wildcard matching is not available in network_transit rules';
       }

@@ -42,7 +42,8 @@ export class NumberRangeSet {
     // Invariant: the range containing v, if any, has index in [a, b].
     while (a <= b) {
       const m = (a + b) >>> 1;
-      if (v < lo[m]!) b = m - 1;
+      // Written as !(v >= lo) so that NaN (an absent int) is never a member.
+      if (!(v >= lo[m]!)) b = m - 1;
       else if (v > this.hi[m]!) a = m + 1;
       else return true;
     }

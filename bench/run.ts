@@ -1,0 +1,13 @@
+// Runs the benchmarks: `npm run bench [-- name...]` (names: expr).
+import { runExprBench } from './expr.bench.js';
+
+const BENCHES: Record<string, () => void | Promise<void>> = {
+  expr: runExprBench,
+};
+
+const wanted = process.argv.slice(2);
+console.log(`# Moat benchmarks (node ${process.version}, ${new Date().toISOString()})`);
+for (const [name, fn] of Object.entries(BENCHES)) {
+  if (wanted.length > 0 && !wanted.includes(name)) continue;
+  await fn();
+}

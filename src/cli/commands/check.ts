@@ -1,0 +1,85 @@
+// `moat check`: parse and type-check one rule expression (from the command line
+// or a file) against the network_transit field set, and say what it uses.
+
+import { readFileSync } from 'node:fs';
+import type { Command } from 'commander';
+import { checkExpression, lineColumn, renderError } from '../../expr/index.js';
+import { TRANSIT_SCHEME } from '../../packet/index.js';
+import { CliError, type Output } from '../output.js';
+
+interface CheckFlags {
+  file?: string;
+  json?: boolean;
+  list?: string[];
+  maxLength?: string;
+  maxDepth?: string;
+}
+
+/** Registers `moat check` on the program. */
+export function registerCheck(program: Command, out: Output): void {
+  program
+    .command('check')
+    .description('check a network_transit rule expression: print the fields and lists it uses, or its errors')
+    .argument('[expression]', 'the expression (quote it for the shell)')
+    .option('-f, --file <path>', 'read the expression from a file ("-" for standard input)')
+    .option('--json', 'print the result as JSON')
+    .option('--list <name...>', 'account lists that exist (without $); when given, other account lists are errors')
+    .option('--max-length <n>', 'expression length limit in characters', '4096')
+    .option('--max-depth <n>', 'nesting depth limit', '128')
+    .action((expression: string | undefined, flags: CheckFlags) => {
+      let source: string;
+      let label: string;
+      if (flags.file !== undefined) {
+        if (expression !== undefined) throw new CliError('give either an expression or --file, not both');
+        label = flags.file === '-' ? '<stdin>' : flags.file;
+        try {
+          source = readFileSync(flags.file === '-' ? 0 : flags.file, 'utf8');
+        } catch (err) {
+          throw new CliError(`${label}: cannot read: ${(err as NodeJS.ErrnoException).code ?? (err as Error).message}`);
+        }
+      } else {
+        if (expression === undefined) throw new CliError('give an expression, or --file <path>');
+        label = '<expression>';
+        source = expression;
+      }
+      const lists = flags.list === undefined ? undefined : new Set(flags.list.map((l) => l.replace(/^\$/, '')));
+      const report = checkExpression(source, {
+        scheme: TRANSIT_SCHEME,
+        lists: lists === undefined ? undefined : { has: (n) => lists.has(n), get: () => undefined },
+        limits: { maxLength: positive(flags.maxLength, '--max-length'), maxDepth: positive(flags.maxDepth, '--max-depth') },
+      });
+      if (flags.json === true) {
+        out.stdout(
+          JSON.stringify(
+            {
+              ok: report.ok,
+              fields: report.fields,
+              lists: report.lists,
+              errors: report.errors.map((e) => ({
+                code: e.code,
+                message: e.message,
+                ...(e.span === undefined ? {} : { span: e.span, ...lineColumn(source, e.span.start) }),
+                ...(e.hint === undefined ? {} : { hint: e.hint }),
+              })),
+            },
+            null,
+            2,
+          ),
+        );
+      } else if (report.ok) {
+        out.stdout('OK');
+        out.stdout(`fields: ${report.fields.join(' ') || '(none)'}`);
+        out.stdout(`lists: ${report.lists.map((l) => '$' + l).join(' ') || '(none)'}`);
+      } else {
+        const prefix = flags.file === undefined ? '' : `${label}:`;
+        for (const e of report.errors) out.stderr(renderError(source, e, prefix));
+      }
+      out.exitCode = report.ok ? 0 : 1;
+    });
+}
+
+function positive(v: string | undefined, flag: string): number {
+  const n = Number(v);
+  if (!Number.isInteger(n) || n < 1) throw new CliError(`${flag} takes a positive integer, not "${v}"`);
+  return n;
+}

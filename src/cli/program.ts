@@ -1,0 +1,31 @@
+// Builds the `moat` command-line program. Each command lives in commands/ and
+// registers itself here.
+
+import { Command, CommanderError } from 'commander';
+import { registerCheck } from './commands/check.js';
+import { CliError, type Output } from './output.js';
+
+/** Runs the CLI with `argv` (without node and script) and returns the exit code. */
+export async function runCli(argv: readonly string[], out: Output): Promise<number> {
+  const program = new Command();
+  program
+    .name('moat')
+    .description('Moat: a network-transit firewall speaking Cloudflare\'s rules language and v4 API')
+    .exitOverride()
+    .configureOutput({
+      writeOut: (s) => out.stdout(s.replace(/\n$/, '')),
+      writeErr: (s) => out.stderr(s.replace(/\n$/, '')),
+    });
+  registerCheck(program, out);
+  try {
+    await program.parseAsync([...argv], { from: 'user' });
+    return out.exitCode;
+  } catch (err) {
+    if (err instanceof CommanderError) return err.exitCode === 0 ? 0 : 2;
+    if (err instanceof CliError) {
+      out.stderr(`moat: ${err.message}`);
+      return 2;
+    }
+    throw err;
+  }
+}
