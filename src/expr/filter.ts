@@ -52,6 +52,8 @@ export class Filter {
   }
 }
 
+const NO_LISTS: ListProvider = { has: () => false, get: () => undefined };
+
 function limitsOf(o: ExpressionOptions): Limits {
   return { ...DEFAULT_LIMITS, ...(o.limits ?? {}) };
 }
@@ -71,7 +73,9 @@ export function checkExpression(source: string, options: ExpressionOptions): Che
 /** Parses, checks and compiles; throws the first MoatError of a bad expression. */
 export function compileExpression(source: string, options: ExpressionOptions): Filter {
   const ast = parse(source, limitsOf(options));
-  const r = check(ast, options.scheme, { lists: options.lists });
+  // A filter that runs must have every list it names: without a provider, only
+  // the managed lists (compiled as empty) are known.
+  const r = check(ast, options.scheme, { lists: options.lists ?? NO_LISTS });
   if (r.tree === null) throw r.errors[0]!;
   return new Filter(source, options.scheme, Object.freeze(r.fields), Object.freeze(r.lists), compileChecked(r.tree, options.lists));
 }

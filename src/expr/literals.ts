@@ -11,14 +11,16 @@ const I64_MAX = 2n ** 63n - 1n;
 
 /** Parses an integer word to a BigInt (i64), or throws a coded error. */
 export function parseIntWord(text: string, span: { start: number; end: number }): bigint {
-  const m = /^(-?)(0[xX][0-9a-fA-F]+|0[0-7]*|[1-9][0-9]*)$/.exec(text);
+  // As in wirefilter, only decimal numbers take a sign.
+  const m = /^(?:(-?)([1-9][0-9]*|0)|()(0[xX][0-9a-fA-F]+|0[0-7]+))$/.exec(text);
   if (m === null) {
     let hint: string | undefined;
     if (/^-?0[0-9]+$/.test(text)) hint = 'a leading 0 makes the number octal (digits 0-7); drop the leading 0';
+    else if (/^-0/.test(text)) hint = 'only decimal numbers take a sign';
     else if (text.includes('/') || (text.includes('.') && !text.includes('..'))) hint = 'this field holds a number';
     throw new MoatError('EXPR_BAD_INT', `"${text}" is not a valid integer`, { span, hint });
   }
-  const body = m[2]!;
+  const body = m[2] ?? m[4]!;
   let v: bigint;
   if (body.length > 1 && (body[1] === 'x' || body[1] === 'X')) v = BigInt('0x' + body.slice(2));
   else if (body.length > 1 && body[0] === '0') v = BigInt('0o' + body.slice(1));
@@ -108,14 +110,18 @@ export function parseIpSetItem(text: string, span: { start: number; end: number 
 export function literalBytes(lit: RawLiteral, fieldName: string): Uint8Array {
   if (lit.kind === 'string') return lit.bytes;
   const text = lit.text;
+  // Hex bytes: pairs of hex digits, each pair after the first preceded by ":", "-" or "."
+  // (wirefilter accepts 01:2e:f3-77.12).
   if (/^[0-9a-fA-F]{2}([:.-][0-9a-fA-F]{2})*$/.test(text)) {
-    const seps = text.length > 2 ? text[2] : '';
-    if (seps === '' || text.split('').filter((_, i) => i % 3 === 2).every((c) => c === seps)) {
-      const out = new Uint8Array((text.length + 1) / 3);
-      for (let i = 0; i < out.length; i++) out[i] = parseInt(text.slice(i * 3, i * 3 + 2), 16);
-      return out;
-    }
-    throw new MoatError('EXPR_BAD_BYTES', `byte string ${text} mixes separators`, { span: lit.span });
+    const out = new Uint8Array((text.length + 1) / 3);
+    for (let i = 0; i < out.length; i++) out[i] = parseInt(text.slice(i * 3, i * 3 + 2), 16);
+    return out;
+  }
+  if (/[:.-]/.test(text) && /^[0-9a-zA-Z:.-]+$/.test(text) && /^[0-9a-fA-F]{1,2}[:.-]/.test(text)) {
+    throw new MoatError('EXPR_BAD_BYTES', `${text} is not a valid byte string`, {
+      span: lit.span,
+      hint: 'hex bytes are pairs of hex digits separated by ":", "-" or ".", e.g. 74:63:70',
+    });
   }
   throw new MoatError('EXPR_TYPE_MISMATCH', `${fieldName} is a string; ${text} is not a quoted string`, {
     span: lit.span,

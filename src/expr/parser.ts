@@ -269,11 +269,9 @@ class Parser {
     throw new MoatError('EXPR_BAD_OPERATOR', `unknown operator "${sym}"`, { span: { start, end: this.s.pos }, hint });
   }
 
+  // `r"` or `r#` starts a raw string (the scanner reports a malformed one).
   private atRawString(): boolean {
-    if (this.s.peek() !== 0x72) return false;
-    let i = 1;
-    while (this.s.peek(i) === 0x23) i++;
-    return this.s.peek(i) === 0x22;
+    return this.s.peek() === 0x72 && (this.s.peek(1) === 0x22 || this.s.peek(1) === 0x23);
   }
 
   private parseRhs(): Rhs {
@@ -362,7 +360,12 @@ class Parser {
     if (cp > 0xffff) end = Math.max(end, start + 2);
     const token = this.src.slice(start, end);
     const printable = cp < 0x20 || cp === 0x7f ? `U+${cp.toString(16).toUpperCase().padStart(4, '0')}` : token;
-    const known = c === 0x29 || c === 0x28 || c === 0x7b || c === 0x7d || c === 0x22 || c === 0x24 || isWordChar(c) || c === 0x2c;
-    return new MoatError(known ? name : 'EXPR_UNEXPECTED_CHAR', `${what}; found "${printable}"`, { span: { start, end } });
+    // Characters that start a token of the language make an unexpected token; others an unexpected character.
+    const known = isWordChar(c) || '(){}",$=!<>~&|^'.includes(String.fromCharCode(c));
+    let hint: string | undefined;
+    if ('=!<>~&'.includes(String.fromCharCode(c)) && name === 'EXPR_TRAILING_INPUT') {
+      hint = 'a comparison has one operator; combine comparisons with and/or, e.g. tcp.flags & 0x12 (true when any of these bits is set)';
+    }
+    return new MoatError(known ? name : 'EXPR_UNEXPECTED_CHAR', `${what}; found "${printable}"`, { span: { start, end }, hint });
   }
 }

@@ -1,0 +1,20 @@
+// Public face of the capture module: reading and writing packet capture files.
+export {
+  PCAP_MAGIC_MICROSECONDS,
+  PCAP_MAGIC_NANOSECONDS,
+  PCAP_GLOBAL_HEADER_LENGTH,
+  PCAP_RECORD_HEADER_LENGTH,
+  PCAP_DEFAULT_SNAPLEN,
+  LINKTYPE,
+  PcapWriter,
+  BufferSink,
+  fdSink,
+  streamSink,
+  openPcapFile,
+  buildPcap,
+  encodePcapGlobalHeader,
+  type PcapResolution,
+  type PcapWriterOptions,
+  type PcapSink,
+  type PcapPacket,
+} from './pcap-writer.js';
