@@ -2,7 +2,8 @@
 // v4 API envelope, the exit status family of the CLI, and what tests assert on.
 // Codes are grouped by range per domain and never reused or renumbered:
 //   1xxx expression syntax   2xxx expression types and names
-//   3xxx packets and captures 5xxx configuration   7xxx API   8xxx store   9xxx channel/notify
+//   3xxx packets and captures 4xxx lists and GeoIP data   5xxx configuration   6xxx rulesets
+//   7xxx API   8xxx store   9xxx channel/notify
 
 /** One registry entry: a stable name, an HTTP status for the API, and a one-line summary. */
 export interface ErrorDef {
@@ -54,6 +55,22 @@ export const ERRORS = Object.freeze({
   EXPR_UNKNOWN_FUNCTION: def(2008, 400, 'unknown function'),
   EXPR_BAD_ARGUMENTS: def(2009, 400, 'invalid function arguments'),
   EXPR_NOT_BOOLEAN: def(2010, 400, 'expression is not a boolean test'),
+
+  // 3xxx: capture files and packets
+  CAPTURE_BAD_MAGIC: def(3001, 400, 'not a pcap or pcapng file'),
+  CAPTURE_TRUNCATED: def(3002, 400, 'capture file ends inside a record or block'),
+  CAPTURE_BAD_LENGTH: def(3003, 400, 'record or block length out of range'),
+  CAPTURE_BAD_BLOCK: def(3004, 400, 'malformed pcapng block'),
+  CAPTURE_UNKNOWN_INTERFACE: def(3005, 400, 'packet refers to an undeclared interface'),
+  CAPTURE_READ: def(3006, 500, 'cannot read capture file'),
+  CAPTURE_UNSUPPORTED_LINK: def(3007, 400, 'unsupported link type'),
+  CAPTURE_WRITE: def(3008, 500, 'cannot write capture file'),
+
+  // 4xxx: list and GeoIP data files
+  LIST_BAD_ENTRY: def(4001, 400, 'invalid list entry'),
+  LIST_READ: def(4002, 500, 'cannot read list file'),
+  GEOIP_READ: def(4003, 500, 'cannot read GeoIP database'),
+  GEOIP_BAD_LAYOUT: def(4004, 400, 'unsupported GeoIP database layout'),
 });
 
 /** Symbolic error name. */
