@@ -1,2 +1,9 @@
-// Public face of the packet layer: for now, the network_transit field set.
+// Public face of the packet layer: the network_transit field set and the
+// allocation-free frame decoder that fills it.
 export { TRANSIT_SCHEME } from './fields.js';
+export { decode, SUPPORTED_LINKTYPES } from './decode.js';
+export { PacketInfo, ST_IP, ST_TRUNCATED, ST_MALFORMED, ST_FRAGMENT, ST_UNSUPPORTED_LINK } from './view.js';
+export { planFor, FULL_PLAN, type DecodePlan } from './plan.js';
+export { LINKTYPE, PROTO_NAMES } from './constants.js';
+export { isSip } from './sip.js';
+export * as FIELD_SLOTS from './slots.js';

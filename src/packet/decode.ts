@@ -1,0 +1,106 @@
+// Frame decoding: link-layer dispatch by LINKTYPE, then IPv4 or IPv6. This is
+// the entry point of the packet path: decode(frame) fills an execution context
+// (reset first) and a PacketInfo, allocating nothing and throwing nothing.
+
+import type { ExecutionContext } from '../expr/index.js';
+import {
+  ETHERTYPE_IPV4, ETHERTYPE_IPV6, ETHERTYPE_QINQ, ETHERTYPE_QINQ_OLD, ETHERTYPE_VLAN, LINKTYPE,
+} from './constants.js';
+import { decodeIpv4, decodeIpv6 } from './ip.js';
+import type { DecodePlan } from './plan.js';
+import { ST_TRUNCATED, ST_UNSUPPORTED_LINK, type PacketInfo } from './view.js';
+
+/** The link types `decode` accepts. */
+export const SUPPORTED_LINKTYPES: readonly number[] = Object.values(LINKTYPE);
+
+// BSD AF_INET6 differs by system: 24 (NetBSD/OpenBSD), 28 (FreeBSD), 30 (macOS); Linux uses 10.
+function afToEtherType(af: number): number {
+  if (af === 2) return ETHERTYPE_IPV4;
+  if (af === 10 || af === 24 || af === 28 || af === 30) return ETHERTYPE_IPV6;
+  return 0;
+}
+
+/**
+ * Decodes the frame buf[off, off + caplen) captured with `linkType`. The caller
+ * resets `ctx` and `info` before (so that unused slots stay absent).
+ */
+export function decode(
+  buf: Uint8Array, off: number, caplen: number, linkType: number, ctx: ExecutionContext, info: PacketInfo, plan: DecodePlan,
+): void {
+  const end = off + caplen;
+  let p = off;
+  let et = 0;
+  switch (linkType) {
+    case LINKTYPE.ETHERNET:
+      if (caplen < 14) {
+        info.status |= ST_TRUNCATED;
+        return;
+      }
+      et = (buf[off + 12]! << 8) | buf[off + 13]!;
+      p = off + 14;
+      break;
+    case LINKTYPE.LINUX_SLL:
+      if (caplen < 16) {
+        info.status |= ST_TRUNCATED;
+        return;
+      }
+      et = (buf[off + 14]! << 8) | buf[off + 15]!;
+      p = off + 16;
+      break;
+    case LINKTYPE.LINUX_SLL2:
+      if (caplen < 20) {
+        info.status |= ST_TRUNCATED;
+        return;
+      }
+      et = (buf[off]! << 8) | buf[off + 1]!;
+      p = off + 20;
+      break;
+    case LINKTYPE.NULL:
+    case LINKTYPE.LOOP: {
+      if (caplen < 4) {
+        info.status |= ST_TRUNCATED;
+        return;
+      }
+      const be = ((buf[off]! << 24) | (buf[off + 1]! << 16) | (buf[off + 2]! << 8) | buf[off + 3]!) >>> 0;
+      const le = ((buf[off + 3]! << 24) | (buf[off + 2]! << 16) | (buf[off + 1]! << 8) | buf[off]!) >>> 0;
+      // LOOP is network order; NULL is the capturing host's order, which the value itself tells.
+      et = afToEtherType(linkType === LINKTYPE.LOOP || be < 256 ? be : le);
+      p = off + 4;
+      break;
+    }
+    case LINKTYPE.RAW:
+    case LINKTYPE.RAW_OLD_12:
+    case LINKTYPE.RAW_OLD_14: {
+      if (caplen < 1) {
+        info.status |= ST_TRUNCATED;
+        return;
+      }
+      const v = buf[off]! >>> 4;
+      et = v === 4 ? ETHERTYPE_IPV4 : v === 6 ? ETHERTYPE_IPV6 : 0;
+      break;
+    }
+    case LINKTYPE.IPV4:
+      et = ETHERTYPE_IPV4;
+      break;
+    case LINKTYPE.IPV6:
+      et = ETHERTYPE_IPV6;
+      break;
+    default:
+      info.status |= ST_UNSUPPORTED_LINK;
+      return;
+  }
+  // 802.1Q / 802.1ad tags (any depth: each costs 4 bytes, so the loop is bounded by the frame).
+  while (et === ETHERTYPE_VLAN || et === ETHERTYPE_QINQ || et === ETHERTYPE_QINQ_OLD) {
+    if (p + 4 > end) {
+      info.status |= ST_TRUNCATED;
+      info.etherType = 0;
+      return;
+    }
+    et = (buf[p + 2]! << 8) | buf[p + 3]!;
+    p += 4;
+    info.vlanTags++;
+  }
+  info.etherType = et;
+  if (et === ETHERTYPE_IPV4) decodeIpv4(buf, p, end, ctx, info, plan);
+  else if (et === ETHERTYPE_IPV6) decodeIpv6(buf, p, end, ctx, info, plan);
+}

@@ -1,0 +1,31 @@
+// What to decode: the compiled rulesets report the fields they read, and the
+// decoder skips the layers and fields no rule needs.
+
+import { TRANSIT_SCHEME } from './fields.js';
+
+/** Which optional parts the decoder fills. IP addresses and the IP header are always decoded. */
+export interface DecodePlan {
+  readonly tcp: boolean;
+  readonly udp: boolean;
+  readonly icmp: boolean;
+  /** The raw byte fields `ip`, `tcp`, `udp`, `icmp` (views, no copy). */
+  readonly raw: boolean;
+  readonly sip: boolean;
+}
+
+/** Decode everything. */
+export const FULL_PLAN: DecodePlan = Object.freeze({ tcp: true, udp: true, icmp: true, raw: true, sip: true });
+
+/** The plan for a set of field names (as `Filter.fields` reports them). */
+export function planFor(fields: Iterable<string>): DecodePlan {
+  const used = new Set(fields);
+  for (const f of used) if (TRANSIT_SCHEME.lookup(f) === undefined) throw new Error(`unknown field ${f}`);
+  const any = (prefix: string) => [...used].some((f) => f === prefix || f.startsWith(prefix + '.'));
+  return Object.freeze({
+    tcp: any('tcp'),
+    udp: any('udp') || used.has('sip'),
+    icmp: any('icmp'),
+    raw: ['ip', 'tcp', 'udp', 'icmp'].some((f) => used.has(f)),
+    sip: used.has('sip'),
+  });
+}
