@@ -83,8 +83,16 @@ export function compileChecked(node: Checked, lists: ListProvider | undefined): 
       return compileIpCmp(node.field, node.op, node.value.family, node.value.words);
     case 'ip-in':
       return ipMember(node.field, node.set);
-    case 'ip-list':
-      return ipMember(node.field, lists?.get(node.list) ?? EMPTY_IP_SET);
+    case 'ip-list': {
+      const m = lists?.get(node.list) ?? EMPTY_IP_SET;
+      const slot = m.precomputed?.slotFor(node.field.name);
+      if (m.precomputed !== undefined && slot !== undefined) {
+        const bit = m.precomputed.bit;
+        // NaN (no lookup made) & bit is 0: not a member.
+        return (c) => (c.ints[slot]! & bit) !== 0;
+      }
+      return ipMember(node.field, m);
+    }
     case 'bytes-cmp':
       return anyOf(node.field, node.op === '!=', (s) => bytesCmp(s, node.op, node.value));
     case 'bytes-in':
@@ -128,7 +136,8 @@ function compileOr(items: Predicate[]): Predicate {
   };
 }
 
-function intGetter(lhs: IntOperand): IntGetter {
+/** A function reading an int operand (a field or a bit_slice) from a context; NaN when absent. */
+export function intGetter(lhs: IntOperand): IntGetter {
   if (lhs.kind === 'field') {
     const s = lhs.field.slot;
     return (c) => c.ints[s]!;

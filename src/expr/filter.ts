@@ -3,6 +3,7 @@
 import { MoatError } from '../errors/index.js';
 import type { ListProvider } from './checked.js';
 import { check } from './checker.js';
+import { compileGenerated } from './codegen.js';
 import { compileChecked, type Predicate } from './compiler.js';
 import type { ExecutionContext } from './context.js';
 import { DEFAULT_LIMITS, type Limits } from './limits.js';
@@ -15,6 +16,8 @@ export interface ExpressionOptions {
   /** Lists by canonical name (`svc.malware`, `office_blocklist`). */
   lists?: ListProvider | undefined;
   limits?: Partial<Limits> | undefined;
+  /** How to run: a closure tree (default) or generated code. Both give the same answers. */
+  backend?: 'closures' | 'codegen' | undefined;
 }
 
 /** The outcome of checking an expression. */
@@ -77,5 +80,6 @@ export function compileExpression(source: string, options: ExpressionOptions): F
   // the managed lists (compiled as empty) are known.
   const r = check(ast, options.scheme, { lists: options.lists ?? NO_LISTS });
   if (r.tree === null) throw r.errors[0]!;
-  return new Filter(source, options.scheme, Object.freeze(r.fields), Object.freeze(r.lists), compileChecked(r.tree, options.lists));
+  const predicate = options.backend === 'codegen' ? compileGenerated(r.tree, options.lists) : compileChecked(r.tree, options.lists);
+  return new Filter(source, options.scheme, Object.freeze(r.fields), Object.freeze(r.lists), predicate);
 }

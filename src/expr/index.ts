@@ -4,7 +4,8 @@ export { SchemeBuilder, Scheme, type FieldDef, type FieldType, type FieldOptions
 export { ExecutionContext, internBytes } from './context.js';
 export { parse } from './parser.js';
 export { check, canonicalListName, MANAGED_LISTS, type CheckOptions, type CheckResult } from './checker.js';
-export { compileChecked, type Predicate } from './compiler.js';
+export { compileChecked, intGetter, type Predicate } from './compiler.js';
+export { generate, compileGenerated, ConstantPool, CODEGEN_LOCALS } from './codegen.js';
 export { Filter, checkExpression, compileExpression, type CheckReport, type ExpressionOptions } from './filter.js';
 export { renderError, lineColumn } from './diagnostics.js';
 export { DEFAULT_LIMITS, type Limits } from './limits.js';

@@ -8,6 +8,12 @@ import { Ip6RangeSet, NumberRangeSet } from './range-set.js';
 export interface IpMatcher {
   contains4(addr: number): boolean;
   contains6(w0: number, w1: number, w2: number, w3: number): boolean;
+  /**
+   * Optional fast path: the packet path has already looked the addresses up and
+   * stored each list's membership as bit `bit` of an int field; `slotFor` names
+   * that field's int slot for an address field (`ip.src`, `ip.dst`), or undefined.
+   */
+  readonly precomputed?: { readonly bit: number; slotFor(field: string): number | undefined } | undefined;
 }
 
 /** One entry: a single address, a CIDR or a range, as inclusive bounds of one family. */

@@ -124,6 +124,13 @@ function runValueCase(c: Case, runs: ReadonlyArray<{ packet: Packet; expect: boo
     load(r.packet);
     return filter.execute(ctx);
   });
+  // The code-generating backend must answer exactly as the closures do.
+  const generated = compileExpression(c.expr, { ...optionsFor(c), backend: 'codegen' });
+  const gotGenerated = runs.map((r) => {
+    load(r.packet);
+    return generated.execute(ctx);
+  });
+  expect(gotGenerated, `generated code for ${show(c.expr)}`).toEqual(got);
   const want = runs.map((r) => r.expect);
   const rows = runs.map((r, i) => `${JSON.stringify(r.packet)} -> expected ${want[i]}, got ${got[i]}`);
   expect(got, `${show(c.expr)}\n  ${rows.join('\n  ')}`).toEqual(want);

@@ -120,7 +120,7 @@ function load(p: RefPacket): void {
   }
 }
 
-describe('the compiled engine against the reference evaluator', () => {
+describe('both compiled backends against the reference evaluator', () => {
   it(`agrees on 3,000 random expressions over 100 random packets each (seed ${SEED}, MOAT_REF_SEED to replay)`, () => {
     const r = new Rng(SEED);
     const packets = Array.from({ length: 100 }, () => packet(r));
@@ -129,13 +129,15 @@ describe('the compiled engine against the reference evaluator', () => {
     for (let i = 0; i < 3000; i++) {
       const src = expr(r, 4);
       const filter = compileExpression(src, { scheme: TRANSIT_SCHEME, lists });
+      const generated = compileExpression(src, { scheme: TRANSIT_SCHEME, lists, backend: 'codegen' });
       const ast = parse(src);
       for (const p of packets) {
         load(p);
         const want = refEval(ast, p, LISTS);
         const got = filter.execute(ctx);
-        if (got !== want) {
-          throw new Error(`seed ${SEED}: engine ${got}, reference ${want}\nexpression: ${src}\npacket: ${JSON.stringify(p)}`);
+        const gen = generated.execute(ctx);
+        if (got !== want || gen !== want) {
+          throw new Error(`seed ${SEED}: closures ${got}, generated code ${gen}, reference ${want}\nexpression: ${src}\npacket: ${JSON.stringify(p)}`);
         }
         compared++;
         if (got) trueCount++;

@@ -1,0 +1,113 @@
+// The code-generating backend: turns a checked tree into the source of one JS
+// boolean expression over the context's typed arrays, for the engine to inline
+// many rules into one straight-line function (measured 7.5x faster than a
+// closure tree in performance.md §3e). The source is built only from the
+// checked tree's numbers (slots, integer literals, constant indexes) and fixed
+// operator text: no text the user wrote ever reaches it. Sets, byte strings,
+// regexes and lists live in a constants array the generated code indexes.
+
+import type { Checked, IntOperand, ListProvider } from './checked.js';
+import { compileChecked, intGetter } from './compiler.js';
+import type { ExecutionContext } from './context.js';
+
+/**
+ * Names the generated code uses. The engine's generated function declares them:
+ * `const I = c.ints, B = c.bools, F = c.ipFamily, A4 = c.ip4, A6 = c.ip6;`
+ * and `K` is the constants array.
+ */
+export const CODEGEN_LOCALS = 'const I = c.ints, B = c.bools, F = c.ipFamily, A4 = c.ip4, A6 = c.ip6;';
+
+/** Collects constants referenced by generated code. */
+export class ConstantPool {
+  readonly values: unknown[] = [];
+
+  /** Adds a constant and returns the code that reads it. */
+  ref(v: unknown): string {
+    this.values.push(v);
+    return `K[${this.values.length - 1}]`;
+  }
+}
+
+// Only finite numbers reach generated source, printed by Number#toString.
+function num(v: number): string {
+  if (!Number.isFinite(v)) throw new Error('codegen: non-finite literal');
+  return Object.is(v, -0) ? '0' : String(v);
+}
+
+function int(v: number): string {
+  if (!Number.isInteger(v) || v < 0) throw new Error('codegen: bad slot');
+  return String(v);
+}
+
+/** Generates the source of a boolean expression for `node`. */
+export function generate(node: Checked, pool: ConstantPool, lists: ListProvider | undefined): string {
+  switch (node.kind) {
+    case 'and':
+      return '(' + node.items.map((i) => generate(i, pool, lists)).join(' && ') + ')';
+    case 'or':
+      return '(' + node.items.map((i) => generate(i, pool, lists)).join(' || ') + ')';
+    case 'xor':
+      // Booleans compared with !== is xor; chains fold left as in the closures.
+      return '(' + node.items.map((i) => generate(i, pool, lists)).join(' !== ') + ')';
+    case 'not':
+      return `!${generate(node.operand, pool, lists)}`;
+    case 'bool':
+      return `(B[${int(node.field.slot)}] === 1)`;
+    case 'int-cmp': {
+      const v = intValue(node.lhs, pool);
+      const k = num(node.value);
+      if (node.op === '!=') return `(${v} !== ${k} && ${v} === ${v})`;
+      const op = node.op === '==' ? '===' : node.op;
+      return `(${v} ${op} ${k})`;
+    }
+    case 'int-and':
+      return `((${intValue(node.lhs, pool)} & ${num(node.mask)}) !== 0)`;
+    case 'int-in':
+    case 'ip-in':
+    case 'ip-list':
+    case 'bytes-cmp':
+    case 'bytes-in':
+    case 'bytes-contains':
+    case 'bytes-matches':
+      if (node.kind === 'ip-list') {
+        const pre = lists?.get(node.list)?.precomputed;
+        const slot = pre?.slotFor(node.field.name);
+        if (pre !== undefined && slot !== undefined) return `((I[${int(slot)}] & ${num(pre.bit)}) !== 0)`;
+      }
+      if (node.kind === 'int-in' && node.lhs.kind === 'field' && node.set.size > 0) {
+        return `${pool.ref(node.set)}.has(I[${int(node.lhs.field.slot)}])`;
+      }
+      // The remaining forms reuse the closure compiler's specialised predicates.
+      return `${pool.ref(compileChecked(node, lists))}(c)`;
+    case 'ip-cmp': {
+      const s = int(node.field.slot);
+      const w = node.value.words.map(num);
+      if (node.value.family === 4) {
+        const k = w[0]!;
+        if (node.op === '!=') return `(F[${s}] === 6 || (F[${s}] === 4 && A4[${s}] !== ${k}))`;
+        const op = node.op === '==' ? '===' : node.op;
+        return `(F[${s}] === 4 && A4[${s}] ${op} ${k})`;
+      }
+      const o = node.field.slot * 4;
+      const eq = w.map((k, i) => `A6[${o + i}] === ${k}`).join(' && ');
+      if (node.op === '==') return `(F[${s}] === 6 && ${eq})`;
+      if (node.op === '!=') return `(F[${s}] === 4 || (F[${s}] === 6 && !(${eq})))`;
+      return `${pool.ref(compileChecked(node, lists))}(c)`;
+    }
+  }
+}
+
+function intValue(lhs: IntOperand, pool: ConstantPool): string {
+  if (lhs.kind === 'field') return `I[${int(lhs.field.slot)}]`;
+  // bit_slice: the compiler's getter (absent = NaN), called from the generated code.
+  return `${pool.ref(intGetter(lhs))}(c)`;
+}
+
+/** Compiles a checked tree through code generation into a standalone predicate (tests, single filters). */
+export function compileGenerated(node: Checked, lists: ListProvider | undefined): (c: ExecutionContext) => boolean {
+  const pool = new ConstantPool();
+  const body = generate(node, pool, lists);
+  // eslint-disable-next-line @typescript-eslint/no-implied-eval -- source built from numbers only (see header)
+  const make = new Function('K', `return function generatedFilter(c) { ${CODEGEN_LOCALS} return ${body}; };`);
+  return make(pool.values) as (c: ExecutionContext) => boolean;
+}
