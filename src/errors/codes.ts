@@ -71,6 +71,13 @@ export const ERRORS = Object.freeze({
   LIST_READ: def(4002, 500, 'cannot read list file'),
   GEOIP_READ: def(4003, 500, 'cannot read GeoIP database'),
   GEOIP_BAD_LAYOUT: def(4004, 400, 'unsupported GeoIP database layout'),
+
+  // 6xxx: rulesets and bundles
+  RULESET_BAD_JSON: def(6001, 400, 'ruleset is not valid JSON'),
+  RULESET_BAD_SHAPE: def(6002, 400, 'ruleset does not have the expected shape'),
+  RULESET_BAD_ACTION: def(6003, 400, 'unknown or unsupported rule action'),
+  RULESET_BAD_PHASE: def(6004, 400, 'ruleset is not for the network_transit phase'),
+  RULESET_TOO_MANY_LISTS: def(6005, 400, 'more lists referenced than the engine supports'),
 });
 
 /** Symbolic error name. */

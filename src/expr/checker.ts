@@ -117,7 +117,7 @@ class Checker {
       const lower = this.scheme.lookup(v.name.toLowerCase());
       if (lower !== undefined) hint = `field names are lowercase: ${lower.name}`;
       else {
-        const near = this.scheme.fields.filter((d) => v.name.length >= 4 && editDistance(d.name, v.name) <= 2).map((d) => d.name);
+        const near = this.scheme.fields.filter((d) => !d.hidden && v.name.length >= 4 && editDistance(d.name, v.name) <= 2).map((d) => d.name);
         if (near.length > 0) hint = `did you mean ${near.slice(0, 3).join(' or ')}?`;
       }
     }

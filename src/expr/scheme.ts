@@ -19,6 +19,8 @@ export interface FieldDef {
   readonly anyOf: readonly FieldDef[] | null;
   /** Raw bytes fields (`ip`, `tcp`, ...) are the inputs of bit_slice. */
   readonly raw: boolean;
+  /** Internal fields have slots but cannot be named in expressions. */
+  readonly hidden: boolean;
   readonly description: string;
 }
 
@@ -28,6 +30,7 @@ export interface FieldOptions {
   /** Names of earlier fields this virtual field reads. */
   anyOf?: readonly string[];
   raw?: boolean;
+  hidden?: boolean;
 }
 
 /** Builds a scheme; `build()` freezes it. */
@@ -55,6 +58,7 @@ export class SchemeBuilder {
         index: this.defs.length,
         anyOf: anyOf === null ? null : Object.freeze(anyOf),
         raw: options.raw ?? false,
+        hidden: options.hidden ?? false,
         description: options.description ?? '',
       }),
     );
@@ -81,12 +85,13 @@ export class Scheme {
     Object.freeze(this);
   }
 
-  /** The field named `name`, or undefined. */
+  /** The field an expression may name `name`, or undefined (hidden fields are not found). */
   lookup(name: string): FieldDef | undefined {
-    return this.byName.get(name);
+    const d = this.byName.get(name);
+    return d === undefined || d.hidden ? undefined : d;
   }
 
-  /** The field named `name`; throws when the scheme has none (a programming error). */
+  /** The field named `name`, hidden ones included; throws when the scheme has none (a programming error). */
   field(name: string): FieldDef {
     const d = this.byName.get(name);
     if (d === undefined) throw new Error(`unknown field ${name}`);

@@ -45,4 +45,8 @@ export const TRANSIT_SCHEME: Scheme = new SchemeBuilder()
   .field('sip', 'bool', { description: 'The UDP payload is a valid SIP message' })
   .field('cf.colo.name', 'bytes', { description: 'Name of the site running Moat (configured), e.g. "sfo06"' })
   .field('cf.colo.region', 'bytes', { description: 'Region of the site running Moat (configured), e.g. "WNAM"' })
+  // Internal: list membership of each address as bits, filled by the engine's
+  // address lookup so that `ip.src in $list` is one AND per rule.
+  .field('ip.src.lists', 'int', { hidden: true, description: 'Bit i: ip.src is in list i (internal)' })
+  .field('ip.dst.lists', 'int', { hidden: true, description: 'Bit i: ip.dst is in list i (internal)' })
   .build();

@@ -38,3 +38,5 @@ export const RAW_ICMP = slot('icmp');
 export const SIP = slot('sip');
 export const COLO_NAME = slot('cf.colo.name');
 export const COLO_REGION = slot('cf.colo.region');
+export const IP_SRC_LISTS = slot('ip.src.lists');
+export const IP_DST_LISTS = slot('ip.dst.lists');

@@ -9,7 +9,7 @@ export type FieldObject = Record<string, number | string | boolean>;
 export function readContext(ctx: ExecutionContext): FieldObject {
   const out: FieldObject = {};
   for (const f of TRANSIT_SCHEME.fields) {
-    if (f.anyOf !== null) continue;
+    if (f.anyOf !== null || f.hidden) continue;
     const s = f.slot;
     if (f.type === 'int') {
       if (!Number.isNaN(ctx.ints[s])) out[f.name] = ctx.ints[s]!;

@@ -1,0 +1,196 @@
+// A ruleset bundle (the account-level network_transit entrypoint, optionally the
+// zone-level one, and the lists they use) compiled into one immutable evaluator.
+// Rules become straight-line generated code (see expr/codegen.ts) with per-rule
+// counters: account rules first, then zone rules; in a ruleset, rules in order;
+// disabled rules are passed over; the first matching block drops the packet;
+// skip ends the current ruleset; log counts and records and goes on.
+
+import { MoatError } from '../errors/index.js';
+import { check, CODEGEN_LOCALS, ConstantPool, DEFAULT_LIMITS, generate, parse, type Limits, type ListProvider } from '../expr/index.js';
+import type { IpMatcher } from '../net/index.js';
+import { planFor, TRANSIT_SCHEME, type DecodePlan } from '../packet/index.js';
+import type { ExecutionContext } from '../expr/index.js';
+import type { Rule, Ruleset } from './ruleset.js';
+
+/** What a bundle is made of. */
+export interface BundleInput {
+  account?: Ruleset | undefined;
+  zone?: Ruleset | undefined;
+  /** Lists by canonical name (`svc.malware`, `office_blocklist`). Managed lists not given are empty. */
+  lists?: ReadonlyMap<string, IpMatcher> | undefined;
+  limits?: Partial<Limits> | undefined;
+}
+
+/** Which ruleset a rule came from. */
+export type Level = 'account' | 'zone';
+
+/** A rule of a compiled bundle, with what its expression reads. */
+export interface CompiledRule {
+  readonly level: Level;
+  /** Position in its ruleset. */
+  readonly index: number;
+  readonly rule: Rule;
+  readonly fields: readonly string[];
+  readonly lists: readonly string[];
+}
+
+/** A bundle that did not compile: every error found, each naming its rule. */
+export class BundleError extends Error {
+  constructor(readonly errors: readonly MoatError[]) {
+    super(`the ruleset bundle has ${errors.length} error${errors.length === 1 ? '' : 's'}:\n${errors.map((e) => '  ' + e.message).join('\n')}`);
+    this.name = 'BundleError';
+  }
+}
+
+/** Result of an evaluation when no rule blocked. */
+export const VERDICT_PASS = -1;
+
+// Rules per generated function: keeps each function small enough for V8 to optimise.
+const RULES_PER_FUNCTION = 24;
+// Return codes of a generated chunk besides a blocking rule's index.
+const CONTINUE = -1;
+const SKIP_LEVEL = -2;
+
+type Chunk = (c: ExecutionContext, len: number) => number;
+
+/** The compiled, immutable evaluator of a bundle. Counters are its only mutable state. */
+export class Evaluator {
+  /** Packets and bytes matched, per rule (indexes of `rules`). */
+  readonly hitPackets: Float64Array;
+  readonly hitBytes: Float64Array;
+  /** Indexes of the log rules that matched the last packet: the first `loggedCount` entries. */
+  readonly logged: Int32Array;
+  private readonly loggedCountBox: Int32Array;
+  /** Decoder plan: only what the rules read. */
+  readonly plan: DecodePlan;
+  /** Every field and list the rules read, sorted. */
+  readonly fields: readonly string[];
+  readonly lists: readonly string[];
+
+  constructor(
+    readonly rules: readonly CompiledRule[],
+    private readonly levels: ReadonlyArray<readonly Chunk[]>,
+    counters: { packets: Float64Array; bytes: Float64Array; logged: Int32Array; loggedCount: Int32Array },
+  ) {
+    this.hitPackets = counters.packets;
+    this.hitBytes = counters.bytes;
+    this.logged = counters.logged;
+    this.loggedCountBox = counters.loggedCount;
+    this.fields = Object.freeze([...new Set(rules.filter((r) => r.rule.enabled).flatMap((r) => r.fields))].sort());
+    this.lists = Object.freeze([...new Set(rules.filter((r) => r.rule.enabled).flatMap((r) => r.lists))].sort());
+    this.plan = planFor(this.fields);
+  }
+
+  /** Number of log rules that matched the last packet. */
+  get loggedCount(): number {
+    return this.loggedCountBox[0]!;
+  }
+
+  /**
+   * Evaluates one packet (its fields in `ctx`, `len` bytes on the wire).
+   * Returns the index in `rules` of the rule that blocked it, or VERDICT_PASS.
+   */
+  evaluate(ctx: ExecutionContext, len: number): number {
+    this.loggedCountBox[0] = 0;
+    const levels = this.levels;
+    for (let l = 0; l < levels.length; l++) {
+      const chunks = levels[l]!;
+      for (let i = 0; i < chunks.length; i++) {
+        const r = chunks[i]!(ctx, len);
+        if (r === CONTINUE) continue;
+        if (r === SKIP_LEVEL) break;
+        return r;
+      }
+    }
+    return VERDICT_PASS;
+  }
+
+  /** Sets every counter to zero. */
+  resetCounters(): void {
+    this.hitPackets.fill(0);
+    this.hitBytes.fill(0);
+  }
+}
+
+const NO_LISTS: ListProvider = { has: () => false, get: () => undefined };
+
+/** Compiles a bundle; throws BundleError listing every bad rule, so nothing half-compiled is ever used. */
+export function compileBundle(input: BundleInput): Evaluator {
+  const limits = { ...DEFAULT_LIMITS, ...(input.limits ?? {}) };
+  const lists: ListProvider = input.lists ?? NO_LISTS;
+  const errors: MoatError[] = [];
+  const rules: CompiledRule[] = [];
+  const trees: Array<ReturnType<typeof check>['tree']> = [];
+  const levels: Array<{ level: Level; start: number; end: number }> = [];
+  for (const level of ['account', 'zone'] as const) {
+    const rs = input[level];
+    if (rs === undefined) continue;
+    const start = rules.length;
+    rs.rules.forEach((rule, index) => {
+      const where = `${level} ruleset${rs.name ? ` "${rs.name}"` : ''}, rule ${index}${rule.id ? ` (${rule.id})` : ''}`;
+      const pointer = `/rules/${index}/expression`;
+      try {
+        const ast = parse(rule.expression, limits);
+        const r = check(ast, TRANSIT_SCHEME, { lists });
+        for (const e of r.errors) errors.push(locate(e, where, pointer));
+        rules.push({ level, index, rule, fields: r.fields, lists: r.lists });
+        trees.push(r.tree);
+      } catch (err) {
+        if (!(err instanceof MoatError)) throw err;
+        errors.push(locate(err, where, pointer));
+        rules.push({ level, index, rule, fields: [], lists: [] });
+        trees.push(null);
+      }
+    });
+    levels.push({ level, start, end: rules.length });
+  }
+  if (errors.length > 0) throw new BundleError(errors);
+
+  const counters = {
+    packets: new Float64Array(rules.length),
+    bytes: new Float64Array(rules.length),
+    logged: new Int32Array(Math.max(1, rules.filter((r) => r.rule.action === 'log').length)),
+    loggedCount: new Int32Array(1),
+  };
+  const chunks = levels.map(({ start, end }) => {
+    const out: Chunk[] = [];
+    for (let a = start; a < end; a += RULES_PER_FUNCTION) {
+      out.push(generateChunk(rules, trees, a, Math.min(end, a + RULES_PER_FUNCTION), lists, counters));
+    }
+    return out;
+  });
+  return new Evaluator(Object.freeze(rules), chunks, counters);
+}
+
+function locate(e: MoatError, where: string, pointer: string): MoatError {
+  // Keep the expression's own code, message and span; say which rule it is.
+  e.message = `${where}: ${e.message}`;
+  e.pointer = pointer;
+  return e;
+}
+
+// Generates one function for rules [a, b) of a level. Rule indexes and counter
+// offsets are numbers; the expressions come from generate() (numbers only too).
+function generateChunk(
+  rules: readonly CompiledRule[],
+  trees: ReadonlyArray<ReturnType<typeof check>['tree']>,
+  a: number,
+  b: number,
+  lists: ListProvider,
+  counters: { packets: Float64Array; bytes: Float64Array; logged: Int32Array; loggedCount: Int32Array },
+): Chunk {
+  const pool = new ConstantPool();
+  const lines: string[] = [];
+  for (let i = a; i < b; i++) {
+    const r = rules[i]!;
+    if (!r.rule.enabled) continue;
+    const cond = generate(trees[i]!, pool, lists);
+    const count = `P[${i}]++; Y[${i}] += len;`;
+    if (r.rule.action === 'block') lines.push(`if (${cond}) { ${count} return ${i}; }`);
+    else if (r.rule.action === 'skip') lines.push(`if (${cond}) { ${count} return ${SKIP_LEVEL}; }`);
+    else lines.push(`if (${cond}) { ${count} LG[LN[0]++] = ${i}; }`);
+  }
+  const source = `return function rules${a}to${b - 1}(c, len) {\n${CODEGEN_LOCALS}\n${lines.join('\n')}\nreturn ${CONTINUE};\n};`;
+  const make = new Function('K', 'P', 'Y', 'LG', 'LN', source);
+  return make(pool.values, counters.packets, counters.bytes, counters.logged, counters.loggedCount) as Chunk;
+}

@@ -1,0 +1,4 @@
+// Public face of the engine: rulesets as the API returns them, and bundles
+// compiled into an evaluator with skip/block/log semantics and counters.
+export { parseRuleset, toRuleset, type Rule, type Ruleset, type RuleAction } from './ruleset.js';
+export { compileBundle, BundleError, Evaluator, VERDICT_PASS, type BundleInput, type CompiledRule, type Level } from './bundle.js';

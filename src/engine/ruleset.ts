@@ -1,0 +1,128 @@
+// Rulesets as the API returns them (Cloudflare's Rulesets API shape): parsing
+// and validating the JSON of a ruleset, or of the v4 envelope around one, with
+// errors that name the file and the JSON pointer.
+
+import { MoatError } from '../errors/index.js';
+
+/** Rule actions of the network_transit phase. */
+export type RuleAction = 'block' | 'skip' | 'log';
+
+/** A rule as stored and returned by the API. Unknown fields are kept but unused. */
+export interface Rule {
+  readonly id?: string | undefined;
+  readonly version?: string | undefined;
+  readonly action: RuleAction;
+  readonly expression: string;
+  readonly description?: string | undefined;
+  readonly enabled: boolean;
+  readonly action_parameters?: { readonly ruleset?: string } | undefined;
+}
+
+/** A ruleset as stored and returned by the API. */
+export interface Ruleset {
+  readonly id?: string | undefined;
+  readonly name?: string | undefined;
+  readonly kind?: string | undefined;
+  readonly phase?: string | undefined;
+  readonly version?: string | undefined;
+  readonly rules: readonly Rule[];
+}
+
+const ACTIONS: readonly string[] = ['block', 'skip', 'log'];
+
+function shape(message: string, pointer: string, file: string | undefined): MoatError {
+  return new MoatError('RULESET_BAD_SHAPE', `${file === undefined ? '' : file + ': '}${message} (at ${pointer || '/'})`, { pointer, file });
+}
+
+function isObject(v: unknown): v is Record<string, unknown> {
+  return typeof v === 'object' && v !== null && !Array.isArray(v);
+}
+
+function optionalString(o: Record<string, unknown>, key: string, at: string, file: string | undefined): string | undefined {
+  const v = o[key];
+  if (v === undefined || v === null) return undefined;
+  if (typeof v !== 'string') throw shape(`"${key}" must be a string`, `${at}/${key}`, file);
+  return v;
+}
+
+/**
+ * Validates a parsed ruleset: the ruleset object itself or a v4 envelope
+ * (`{"success": true, "result": {...}}`) around it. Rules need no ids.
+ */
+export function toRuleset(json: unknown, file?: string): Ruleset {
+  let at = '';
+  let doc = json;
+  if (isObject(doc) && 'result' in doc && !('rules' in doc)) {
+    if (doc['success'] === false) throw shape('the envelope reports success: false', '/success', file);
+    doc = doc['result'];
+    at = '/result';
+  }
+  if (!isObject(doc)) throw shape('a ruleset is a JSON object', at, file);
+  const phase = optionalString(doc, 'phase', at, file);
+  if (phase !== undefined && phase !== 'network_transit' && phase !== 'magic_transit') {
+    throw new MoatError('RULESET_BAD_PHASE', `${file === undefined ? '' : file + ': '}phase is "${phase}", not "network_transit"`, {
+      pointer: `${at}/phase`,
+      file,
+    });
+  }
+  const rules = doc['rules'] ?? [];
+  if (!Array.isArray(rules)) throw shape('"rules" must be an array', `${at}/rules`, file);
+  return {
+    id: optionalString(doc, 'id', at, file),
+    name: optionalString(doc, 'name', at, file),
+    kind: optionalString(doc, 'kind', at, file),
+    phase,
+    version: optionalString(doc, 'version', at, file),
+    rules: rules.map((r: unknown, i) => toRule(r, `${at}/rules/${i}`, file)),
+  };
+}
+
+function toRule(r: unknown, at: string, file: string | undefined): Rule {
+  if (!isObject(r)) throw shape('a rule is a JSON object', at, file);
+  const action = r['action'];
+  if (typeof action !== 'string' || !ACTIONS.includes(action)) {
+    throw new MoatError(
+      'RULESET_BAD_ACTION',
+      `${file === undefined ? '' : file + ': '}action ${JSON.stringify(action)} is not one of ${ACTIONS.join(', ')} (at ${at}/action)`,
+      { pointer: `${at}/action`, file },
+    );
+  }
+  const expression = r['expression'];
+  if (typeof expression !== 'string') throw shape('"expression" must be a string', `${at}/expression`, file);
+  const enabled = r['enabled'] ?? true;
+  if (typeof enabled !== 'boolean') throw shape('"enabled" must be true or false', `${at}/enabled`, file);
+  const params = r['action_parameters'];
+  if (params !== undefined && params !== null && !isObject(params)) {
+    throw shape('"action_parameters" must be an object', `${at}/action_parameters`, file);
+  }
+  if (action === 'skip') {
+    const rs = params?.['ruleset'];
+    if (rs !== 'current') {
+      throw new MoatError(
+        'RULESET_BAD_ACTION',
+        `${file === undefined ? '' : file + ': '}a skip rule needs action_parameters {"ruleset": "current"} (at ${at}/action_parameters)`,
+        { pointer: `${at}/action_parameters/ruleset`, file },
+      );
+    }
+  }
+  return {
+    id: optionalString(r, 'id', at, file),
+    version: optionalString(r, 'version', at, file),
+    action: action as RuleAction,
+    expression,
+    description: optionalString(r, 'description', at, file),
+    enabled,
+    action_parameters: params === undefined || params === null ? undefined : { ruleset: params['ruleset'] as string },
+  };
+}
+
+/** Parses ruleset JSON text; errors name the file and, for shape errors, the JSON pointer. */
+export function parseRuleset(text: string, file?: string): Ruleset {
+  let json: unknown;
+  try {
+    json = JSON.parse(text);
+  } catch (err) {
+    throw new MoatError('RULESET_BAD_JSON', `${file === undefined ? '' : file + ': '}${(err as Error).message}`, { file, cause: err });
+  }
+  return toRuleset(json, file);
+}
