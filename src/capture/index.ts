@@ -18,3 +18,13 @@ export {
   type PcapSink,
   type PcapPacket,
 } from './pcap-writer.js';
+export {
+  PcapReader,
+  readCapture,
+  PCAP_READER_BUFFER_SIZE,
+  PCAP_READER_MAX_BUFFER_SIZE,
+  type CaptureFormat,
+  type CaptureInterface,
+  type PcapReaderOptions,
+  type TimestampResolution,
+} from './pcap-reader.js';

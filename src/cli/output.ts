@@ -13,6 +13,8 @@ export class CliError extends Error {
 export interface Output {
   stdout(line: string): void;
   stderr(line: string): void;
+  /** Rewrites the progress line on a terminal; absent when standard error is not one. */
+  progress?: ((text: string) => void) | undefined;
   exitCode: number;
 }
 
@@ -21,6 +23,7 @@ export function processOutput(): Output {
   return {
     stdout: (line) => process.stdout.write(line + '\n'),
     stderr: (line) => process.stderr.write(line + '\n'),
+    progress: process.stderr.isTTY ? (text) => process.stderr.write(`\r\x1b[2K${text}`) : undefined,
     exitCode: 0,
   };
 }

@@ -3,6 +3,8 @@
 
 import { Command, CommanderError } from 'commander';
 import { registerCheck } from './commands/check.js';
+import { registerReplay } from './commands/replay.js';
+import { MoatError } from '../errors/index.js';
 import { CliError, type Output } from './output.js';
 
 /** Runs the CLI with `argv` (without node and script) and returns the exit code. */
@@ -17,6 +19,7 @@ export async function runCli(argv: readonly string[], out: Output): Promise<numb
       writeErr: (s) => out.stderr(s.replace(/\n$/, '')),
     });
   registerCheck(program, out);
+  registerReplay(program, out);
   try {
     await program.parseAsync([...argv], { from: 'user' });
     return out.exitCode;
@@ -25,6 +28,10 @@ export async function runCli(argv: readonly string[], out: Output): Promise<numb
     if (err instanceof CliError) {
       out.stderr(`moat: ${err.message}`);
       return 2;
+    }
+    if (err instanceof MoatError) {
+      out.stderr(`moat: ${err.message}`);
+      return 1;
     }
     throw err;
   }

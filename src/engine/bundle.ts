@@ -7,7 +7,6 @@
 
 import { MoatError } from '../errors/index.js';
 import { check, CODEGEN_LOCALS, ConstantPool, DEFAULT_LIMITS, generate, parse, type Limits, type ListProvider } from '../expr/index.js';
-import type { IpMatcher } from '../net/index.js';
 import { planFor, TRANSIT_SCHEME, type DecodePlan } from '../packet/index.js';
 import type { ExecutionContext } from '../expr/index.js';
 import type { Rule, Ruleset } from './ruleset.js';
@@ -17,7 +16,7 @@ export interface BundleInput {
   account?: Ruleset | undefined;
   zone?: Ruleset | undefined;
   /** Lists by canonical name (`svc.malware`, `office_blocklist`). Managed lists not given are empty. */
-  lists?: ReadonlyMap<string, IpMatcher> | undefined;
+  lists?: ListProvider | undefined;
   limits?: Partial<Limits> | undefined;
 }
 

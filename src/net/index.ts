@@ -15,3 +15,21 @@ export {
 } from './ip.js';
 export { NumberRangeSet, Ip6RangeSet } from './range-set.js';
 export { IpRangeSet, parseIpRange, EMPTY_IP_SET, type IpMatcher, type IpRange } from './ip-set.js';
+export {
+  loadListFile,
+  loadListFileSync,
+  parseListText,
+  rangeListFromStrings,
+  emptyRangeList,
+  type IpRangeList,
+} from './list-file.js';
+export { AddressTable, MAX_LISTS, type AddressTableInput, type AddressTableList } from './address-table.js';
+export {
+  GEO_NONE,
+  asnOfValue,
+  embeddedIpv4,
+  type GeoRangeTable,
+  type CountryRanges,
+  type AsnRanges,
+  type Ipv4Alias,
+} from './geo-ranges.js';

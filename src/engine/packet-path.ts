@@ -1,0 +1,187 @@
+// The packet path: one frame in, one verdict out. Decode (only the fields the
+// rules read), look the addresses up in the merged GeoIP/list table when rules
+// need countries, AS numbers or lists, evaluate the bundle, count. Everything
+// is preallocated; process() allocates nothing and never throws on bad frames.
+
+import type { ExecutionContext, ListProvider } from '../expr/index.js';
+import type { AddressTable } from '../net/index.js';
+import {
+  decode, FIELD_SLOTS as F, PacketInfo, ST_FRAGMENT, ST_IP, ST_MALFORMED, ST_TRUNCATED, TRANSIT_SCHEME,
+} from '../packet/index.js';
+import { VERDICT_PASS, type Evaluator } from './bundle.js';
+
+/** What to do with a frame whose IP header cannot be read (no addresses). */
+export type UndecodablePolicy = 'pass' | 'drop';
+
+/** Options of a packet path. */
+export interface PacketPathOptions {
+  /** GeoIP and lists merged; required when rules read countries, AS numbers or lists. */
+  table?: AddressTable | undefined;
+  /** The `cf.colo.name` and `cf.colo.region` of this site. */
+  colo?: { name?: string | undefined; region?: string | undefined } | undefined;
+  undecodable?: UndecodablePolicy | undefined;
+}
+
+/** Totals of a packet path. Bytes are wire lengths. */
+export class PathCounters {
+  packets = 0;
+  bytes = 0;
+  passed = 0;
+  passedBytes = 0;
+  dropped = 0;
+  droppedBytes = 0;
+  /** Frames whose IP header could not be read, or of an unsupported link type. */
+  undecodable = 0;
+  undecodableBytes = 0;
+  /** Frames that are not IP (ARP, LLDP...): passed without evaluation. */
+  notIp = 0;
+  /** IP packets evaluated although damaged (truncated or malformed headers). */
+  damaged = 0;
+  /** Non-first fragments (evaluated without transport fields). */
+  fragments = 0;
+}
+
+/** A ListProvider over an AddressTable: membership is precomputed per packet into hidden bit fields. */
+export function tableLists(table: AddressTable): ListProvider {
+  const slotFor = (field: string): number | undefined =>
+    field === 'ip.src' ? F.IP_SRC_LISTS : field === 'ip.dst' ? F.IP_DST_LISTS : undefined;
+  return {
+    has: (name) => table.hasList(name),
+    get: (name) => {
+      if (!table.hasList(name)) return undefined;
+      const bit = table.listBit(name);
+      return {
+        precomputed: { bit, slotFor },
+        contains4: (a: number) => (table.lists4[table.lookup4(a)]! & bit) !== 0,
+        contains6: (w0: number, w1: number, w2: number, w3: number) => (table.lists6[table.lookup6(w0, w1, w2, w3)]! & bit) !== 0,
+      };
+    },
+  };
+}
+
+const encoder = new TextEncoder();
+
+/** Decodes, enriches and evaluates frames against one compiled bundle. */
+export class PacketPath {
+  readonly ctx: ExecutionContext = TRANSIT_SCHEME.newContext();
+  readonly info = new PacketInfo();
+  readonly counters = new PathCounters();
+  /** Index in evaluator.rules of the rule that blocked the last packet, or -1. */
+  lastRule = VERDICT_PASS;
+  private readonly table: AddressTable | undefined;
+  private readonly lookupSrc: boolean;
+  private readonly lookupDst: boolean;
+  private readonly countryBytes: readonly Uint8Array[];
+  private readonly colo: ReadonlyArray<readonly [number, Uint8Array, string]>;
+  private readonly dropUndecodable: boolean;
+
+  constructor(
+    readonly evaluator: Evaluator,
+    options: PacketPathOptions = {},
+  ) {
+    const fields = new Set(evaluator.fields);
+    const lists = evaluator.lists.length > 0;
+    this.lookupSrc = lists || ['ip.src.country', 'ip.geoip.country', 'ip.src.asnum'].some((f) => fields.has(f));
+    this.lookupDst = lists || ['ip.dst.country', 'ip.geoip.country', 'ip.dst.asnum'].some((f) => fields.has(f));
+    this.table = options.table;
+    if ((this.lookupSrc || this.lookupDst) && this.table === undefined) {
+      // Without a table, countries and AS numbers are absent; lists come from the evaluator's own matchers.
+      this.lookupSrc = this.lookupDst = false;
+    }
+    this.countryBytes = (this.table?.countryCodes ?? []).map((c) => encoder.encode(c));
+    const colo: Array<readonly [number, Uint8Array, string]> = [];
+    if (fields.has('cf.colo.name') && options.colo?.name !== undefined) colo.push([F.COLO_NAME, encoder.encode(options.colo.name), options.colo.name]);
+    if (fields.has('cf.colo.region') && options.colo?.region !== undefined) colo.push([F.COLO_REGION, encoder.encode(options.colo.region), options.colo.region]);
+    this.colo = colo;
+    this.dropUndecodable = options.undecodable === 'drop';
+  }
+
+  /** Judges one frame: true when it is dropped. `origLen` is its length on the wire. */
+  process(buf: Uint8Array, off: number, caplen: number, origLen: number, linkType: number): boolean {
+    const ctx = this.ctx;
+    const info = this.info;
+    const c = this.counters;
+    ctx.reset();
+    info.reset();
+    c.packets++;
+    c.bytes += origLen;
+    decode(buf, off, caplen, linkType, ctx, info, this.evaluator.plan);
+    this.lastRule = VERDICT_PASS;
+    const st = info.status;
+    if ((st & ST_IP) === 0 || ctx.ipFamily[F.IP_SRC] === 0) {
+      if ((st & ST_IP) === 0 && info.etherType !== 0) {
+        c.notIp++;
+        return this.pass(origLen);
+      }
+      c.undecodable++;
+      c.undecodableBytes += origLen;
+      return this.dropUndecodable ? this.drop(origLen) : this.pass(origLen);
+    }
+    if ((st & (ST_TRUNCATED | ST_MALFORMED)) !== 0) c.damaged++;
+    if ((st & ST_FRAGMENT) !== 0) c.fragments++;
+    if (this.lookupSrc) this.enrich(F.IP_SRC, F.IP_SRC_COUNTRY, F.IP_SRC_ASNUM, F.IP_SRC_LISTS);
+    if (this.lookupDst) this.enrich(F.IP_DST, F.IP_DST_COUNTRY, F.IP_DST_ASNUM, F.IP_DST_LISTS);
+    for (let i = 0; i < this.colo.length; i++) {
+      const [slot, bytes, text] = this.colo[i]!;
+      ctx.bytesBuf[slot] = bytes;
+      ctx.bytesStart[slot] = 0;
+      ctx.bytesEnd[slot] = bytes.length;
+      ctx.bytesText[slot] = text;
+    }
+    const r = this.evaluator.evaluate(ctx, origLen);
+    if (r === VERDICT_PASS) return this.pass(origLen);
+    this.lastRule = r;
+    return this.drop(origLen);
+  }
+
+  private pass(len: number): boolean {
+    this.counters.passed++;
+    this.counters.passedBytes += len;
+    return false;
+  }
+
+  private drop(len: number): boolean {
+    this.counters.dropped++;
+    this.counters.droppedBytes += len;
+    return true;
+  }
+
+  // Fills country, AS number and list bits of one address from the table.
+  private enrich(ipSlot: number, countrySlot: number, asnSlot: number, listsSlot: number): void {
+    const t = this.table!;
+    const ctx = this.ctx;
+    const fam = ctx.ipFamily[ipSlot];
+    let country: number;
+    let asn: number;
+    if (fam === 4) {
+      const seg = t.lookup4(ctx.ip4[ipSlot]!);
+      country = t.country4[seg]!;
+      asn = t.asn4[seg]!;
+      ctx.ints[listsSlot] = t.lists4[seg]!;
+    } else if (fam === 6) {
+      const o = ipSlot * 4;
+      const a = ctx.ip6;
+      const seg = t.lookup6(a[o]!, a[o + 1]!, a[o + 2]!, a[o + 3]!);
+      country = t.country6[seg]!;
+      asn = t.asn6[seg]!;
+      ctx.ints[listsSlot] = t.lists6[seg]!;
+      // GeoIP answers IPv4-mapped and 6to4 addresses with the embedded IPv4 address's record.
+      if (country < 0 && t.aliases6.length > 0) {
+        const v4 = t.v4Alias6(a[o]!, a[o + 1]!, a[o + 2]!, a[o + 3]!);
+        if (v4 >= 0) {
+          const s4 = t.lookup4(v4);
+          country = t.country4[s4]!;
+          asn = t.asn4[s4]!;
+        }
+      }
+    } else return;
+    if (country >= 0) {
+      const b = this.countryBytes[country]!;
+      ctx.bytesBuf[countrySlot] = b;
+      ctx.bytesStart[countrySlot] = 0;
+      ctx.bytesEnd[countrySlot] = b.length;
+      ctx.bytesText[countrySlot] = this.table!.countryCodes[country]!;
+    }
+    ctx.ints[asnSlot] = asn;
+  }
+}

@@ -1,0 +1,474 @@
+// AddressTable: GeoIP country, GeoIP ASN and every IP list merged into one
+// sorted segment table per address family, so that one lookup of an address
+// gives its country, its AS number and its membership in every list
+// (performance.md, design rule 2).
+//
+// A segment is a maximal run of addresses with the same (country, ASN, list
+// bits); segment i of IPv4 covers starts4[i] .. starts4[i+1]-1 (the last one
+// runs to 255.255.255.255), and segment 0 starts at 0.0.0.0, so every address
+// is in exactly one segment. IPv6 is the same with four words per start.
+// Lookups are a /16 index (65,537 entries: index[k] is the segment holding the
+// address k<<16) that bounds a binary search over the starts; they allocate
+// nothing.
+//
+// Building: every range of every source becomes two events (start at first,
+// end at last+1), the events are radix-sorted by address (16-bit digits), and
+// one sweep applies them in order — ends before starts at the same address —
+// keeping a per-list counter (lists may overlap themselves) and emitting a
+// segment whenever the state changes. Cost: O(E) for E events, plus the index.
+//
+// IPv4-in-IPv6 (decision): an IPv6 address is looked up in IPv6 data only. A
+// GeoIP database answers `::ffff:a.b.c.d`, `::a.b.c.d` and 6to4 `2002:aabb:ccdd::/48`
+// with the embedded IPv4 address's record (GeoLite2 aliases those prefixes to
+// its IPv4 subtree, and tshark, through libmaxminddb, shows that record);
+// copying the IPv4 segments into those IPv6 prefixes would add 2-3 copies of the
+// IPv4 table to the IPv6 one (1M+ segments for a real database) for addresses
+// that do not appear on the wire (RFC 4291 mapped addresses) or belong to a
+// deprecated mechanism (6to4, RFC 7526). So in this table those prefixes carry
+// no country and no ASN (unless the database has native IPv6 data there), and
+// IP lists are matched by family exactly as `ip.src in {...}` is. A caller who
+// wants the database's answer calls `v4Alias6()`, which returns the embedded
+// IPv4 address for an address in one of the database's alias prefixes, and
+// looks that up with `lookup4()`: one extra check, only for such addresses.
+
+import { embeddedIpv4, type AsnRanges, type CountryRanges, type GeoRangeTable, type Ipv4Alias } from './geo-ranges.js';
+import type { IpRangeList } from './list-file.js';
+
+/** A named IP list to merge. */
+export interface AddressTableList {
+  readonly name: string;
+  readonly ranges: IpRangeList;
+}
+
+/** What to merge. Every source is optional; at most 32 lists. */
+export interface AddressTableInput {
+  readonly country?: CountryRanges;
+  readonly asn?: AsnRanges;
+  readonly lists: readonly AddressTableList[];
+}
+
+/** The most lists one table can hold (one bit each in a uint32). */
+export const MAX_LISTS = 32;
+
+const INDEX_SIZE = 65_537;
+
+/** The merged segment tables. Build with {@link AddressTable.build}. */
+export class AddressTable {
+  /** ISO codes; `country4[s]`/`country6[s]` index this (-1: no country). */
+  readonly countryCodes: readonly string[];
+  /** List names, in bit order: bit i of `lists4[s]` is list `listNames[i]`. */
+  readonly listNames: readonly string[];
+
+  /** IPv4 segment starts (uint32), ascending, starts4[0] = 0. */
+  readonly starts4: Uint32Array;
+  /** index4[k] = segment holding the address k << 16; index4[65536] = last segment. */
+  readonly index4: Uint32Array;
+  readonly country4: Int16Array;
+  /** AS number, NaN when none. */
+  readonly asn4: Float64Array;
+  readonly lists4: Uint32Array;
+
+  /** IPv6 segment starts, four words each, ascending; the first is ::. */
+  readonly starts6: Uint32Array;
+  /** index6[k] = segment holding the address (k << 16):: ; index6[65536] = last segment. */
+  readonly index6: Uint32Array;
+  readonly country6: Int16Array;
+  readonly asn6: Float64Array;
+  readonly lists6: Uint32Array;
+
+  /** The IPv6 prefixes where the GeoIP databases answer with an embedded IPv4 address (see v4Alias6). */
+  readonly aliases6: readonly Ipv4Alias[];
+
+  private readonly listIndex: ReadonlyMap<string, number>;
+
+  private constructor(f: {
+    countryCodes: readonly string[];
+    listNames: readonly string[];
+    v4: FamilyTable;
+    v6: FamilyTable;
+    aliases6: readonly Ipv4Alias[];
+  }) {
+    this.countryCodes = f.countryCodes;
+    this.listNames = f.listNames;
+    this.starts4 = f.v4.starts;
+    this.index4 = f.v4.index;
+    this.country4 = f.v4.country;
+    this.asn4 = f.v4.asn;
+    this.lists4 = f.v4.lists;
+    this.starts6 = f.v6.starts;
+    this.index6 = f.v6.index;
+    this.country6 = f.v6.country;
+    this.asn6 = f.v6.asn;
+    this.lists6 = f.v6.lists;
+    this.aliases6 = f.aliases6;
+    this.listIndex = new Map(f.listNames.map((n, i) => [n, i]));
+  }
+
+  /** Merges GeoIP and lists into one table per family. Throws RangeError on more than 32 lists, duplicate names or unsorted GeoIP ranges. */
+  static build(input: AddressTableInput): AddressTable {
+    const lists = input.lists;
+    if (lists.length > MAX_LISTS) {
+      throw new RangeError(
+        `an address table holds at most ${MAX_LISTS} IP lists (one bit each), but ${lists.length} were given: ${lists.map((l) => l.name).join(', ')}`,
+      );
+    }
+    const seen = new Set<string>();
+    for (const l of lists) {
+      if (seen.has(l.name)) throw new RangeError(`IP list "${l.name}" is given twice`);
+      seen.add(l.name);
+    }
+    if (input.country !== undefined) {
+      checkGeo(input.country, 'country');
+      if (input.country.codes.length > 32767) throw new RangeError(`too many country codes (${input.country.codes.length})`);
+    }
+    if (input.asn !== undefined) checkGeo(input.asn, 'ASN');
+    const v4 = buildFamily(1, input, lists.map((l) => l.ranges));
+    const v6 = buildFamily(4, input, lists.map((l) => l.ranges));
+    const aliases: Ipv4Alias[] = [];
+    for (const t of [input.country, input.asn]) {
+      for (const a of t?.v6Aliases ?? []) {
+        if (!aliases.some((b) => b.length === a.length && b.prefix.every((w, i) => w === a.prefix[i]))) aliases.push(a);
+      }
+    }
+    return new AddressTable({
+      countryCodes: Object.freeze([...(input.country?.codes ?? [])]),
+      listNames: Object.freeze(lists.map((l) => l.name)),
+      v4,
+      v6,
+      aliases6: Object.freeze(aliases),
+    });
+  }
+
+  /** Number of IPv4 segments. */
+  get segments4(): number {
+    return this.country4.length;
+  }
+
+  /** Number of IPv6 segments. */
+  get segments6(): number {
+    return this.country6.length;
+  }
+
+  /** Bytes held in typed arrays (both families, indexes included). */
+  get byteLength(): number {
+    let n = 0;
+    for (const a of [this.starts4, this.index4, this.country4, this.asn4, this.lists4, this.starts6, this.index6, this.country6, this.asn6, this.lists6]) {
+      n += a.byteLength;
+    }
+    return n;
+  }
+
+  /** The segment holding the IPv4 address `addr` (uint32). */
+  lookup4(addr: number): number {
+    const st = this.starts4;
+    const k = addr >>> 16;
+    let lo = this.index4[k]!;
+    let hi = this.index4[k + 1]!;
+    while (lo < hi) {
+      const m = (lo + hi + 1) >>> 1;
+      if (st[m]! <= addr) lo = m;
+      else hi = m - 1;
+    }
+    return lo;
+  }
+
+  /** The segment holding the IPv6 address w0..w3 (uint32 words, most significant first). */
+  lookup6(w0: number, w1: number, w2: number, w3: number): number {
+    const st = this.starts6;
+    const k = w0 >>> 16;
+    let lo = this.index6[k]!;
+    let hi = this.index6[k + 1]!;
+    while (lo < hi) {
+      const m = (lo + hi + 1) >>> 1;
+      const o = m * 4;
+      // st[m] <= w ?
+      let le: boolean;
+      const s0 = st[o]!;
+      if (s0 !== w0) le = s0 < w0;
+      else {
+        const s1 = st[o + 1]!;
+        if (s1 !== w1) le = s1 < w1;
+        else {
+          const s2 = st[o + 2]!;
+          le = s2 !== w2 ? s2 < w2 : st[o + 3]! <= w3;
+        }
+      }
+      if (le) lo = m;
+      else hi = m - 1;
+    }
+    return lo;
+  }
+
+  /**
+   * The mask of list `name` in `lists4`/`lists6` (`1 << i`, as a uint32): test
+   * membership with `(t.lists4[s] & t.listBit(name)) !== 0`. Throws RangeError
+   * for a name the table was not built with.
+   */
+  listBit(name: string): number {
+    const i = this.listIndex.get(name);
+    if (i === undefined) throw new RangeError(`IP list "${name}" is not in this address table (lists: ${this.listNames.join(', ') || 'none'})`);
+    return (1 << i) >>> 0;
+  }
+
+  /** True when the table was built with list `name`. */
+  hasList(name: string): boolean {
+    return this.listIndex.has(name);
+  }
+
+  /**
+   * The IPv4 address (uint32) embedded in an IPv6 address that lies in one of
+   * the GeoIP databases' IPv4 alias prefixes (::/96, and as the databases say
+   * ::ffff:0:0/96, 2002::/16...), or -1. For callers that want the GeoIP
+   * answer the database gives there: `country4[lookup4(v4Alias6(...))]`.
+   */
+  v4Alias6(w0: number, w1: number, w2: number, w3: number): number {
+    return embeddedIpv4(this.aliases6, w0, w1, w2, w3);
+  }
+}
+
+interface FamilyTable {
+  starts: Uint32Array;
+  index: Uint32Array;
+  country: Int16Array;
+  asn: Float64Array;
+  lists: Uint32Array;
+}
+
+/** GeoIP ranges must be sorted and disjoint (as src/geoip produces them). */
+function checkGeo(t: GeoRangeTable, what: string): void {
+  const n4 = t.v4Value.length;
+  if (t.v4First.length !== n4 || t.v4Last.length !== n4) throw new RangeError(`${what} table: IPv4 arrays differ in length`);
+  for (let i = 0; i < n4; i++) {
+    if (t.v4First[i]! > t.v4Last[i]! || (i > 0 && t.v4First[i]! <= t.v4Last[i - 1]!)) {
+      throw new RangeError(`${what} table: IPv4 ranges are not sorted and disjoint at range ${i}`);
+    }
+  }
+  const n6 = t.v6Value.length;
+  if (t.v6First.length !== n6 * 4 || t.v6Last.length !== n6 * 4) throw new RangeError(`${what} table: IPv6 arrays differ in length`);
+  for (let i = 0; i < n6; i++) {
+    if (cmpAt(t.v6First, i * 4, t.v6Last, i * 4) > 0 || (i > 0 && cmpAt(t.v6First, i * 4, t.v6Last, (i - 1) * 4) <= 0)) {
+      throw new RangeError(`${what} table: IPv6 ranges are not sorted and disjoint at range ${i}`);
+    }
+  }
+}
+
+function cmpAt(a: Uint32Array, ao: number, b: Uint32Array, bo: number): number {
+  for (let k = 0; k < 4; k++) {
+    const x = a[ao + k]!;
+    const y = b[bo + k]!;
+    if (x !== y) return x < y ? -1 : 1;
+  }
+  return 0;
+}
+
+// Event sources: 0 = country, 1 = ASN, 2 + i = list i. Event kind byte = source * 2 + isEnd.
+const SRC_COUNTRY = 0;
+const SRC_ASN = 1;
+const SRC_LIST = 2;
+
+class Events {
+  readonly keys: Uint32Array;
+  readonly kind: Uint8Array;
+  readonly value: Int32Array;
+  n = 0;
+
+  constructor(
+    readonly words: number,
+    capacity: number,
+  ) {
+    this.keys = new Uint32Array(capacity * words);
+    this.kind = new Uint8Array(capacity);
+    this.value = new Int32Array(capacity);
+  }
+
+  /** Adds the start and (unless last is the top address) end events of ranges [first, last]. */
+  addRanges(first: Uint32Array, last: Uint32Array, values: Int32Array | undefined, source: number): void {
+    const w = this.words;
+    const count = first.length / w;
+    const keys = this.keys;
+    const startKind = source * 2;
+    const endKind = startKind + 1;
+    for (let i = 0; i < count; i++) {
+      const o = i * w;
+      const v = values === undefined ? 0 : values[i]!;
+      let e = this.n;
+      for (let k = 0; k < w; k++) keys[e * w + k] = first[o + k]!;
+      this.kind[e] = startKind;
+      this.value[e] = v;
+      e++;
+      // last + 1, skipped when it overflows.
+      let carry = 1;
+      for (let k = w - 1; k >= 0; k--) {
+        const s = last[o + k]! + carry;
+        if (s === 0x100000000) {
+          keys[e * w + k] = 0;
+        } else {
+          keys[e * w + k] = s;
+          carry = 0;
+        }
+      }
+      if (carry === 0) {
+        this.kind[e] = endKind;
+        this.value[e] = v;
+        e++;
+      }
+      this.n = e;
+    }
+  }
+}
+
+function buildFamily(words: 1 | 4, input: AddressTableInput, lists: readonly IpRangeList[]): FamilyTable {
+  const v4 = words === 1;
+  const geoCount = (t: GeoRangeTable | undefined): number => (t === undefined ? 0 : v4 ? t.v4Value.length : t.v6Value.length);
+  let capacity = geoCount(input.country) + geoCount(input.asn);
+  for (const l of lists) capacity += (v4 ? l.v4First.length : l.v6First.length / 4);
+  const ev = new Events(words, capacity * 2);
+  if (input.country !== undefined) {
+    const t = input.country;
+    ev.addRanges(v4 ? t.v4First : t.v6First, v4 ? t.v4Last : t.v6Last, v4 ? t.v4Value : t.v6Value, SRC_COUNTRY);
+  }
+  if (input.asn !== undefined) {
+    const t = input.asn;
+    ev.addRanges(v4 ? t.v4First : t.v6First, v4 ? t.v4Last : t.v6Last, v4 ? t.v4Value : t.v6Value, SRC_ASN);
+  }
+  lists.forEach((l, i) => ev.addRanges(v4 ? l.v4First : l.v6First, v4 ? l.v4Last : l.v6Last, undefined, SRC_LIST + i));
+
+  const n = ev.n;
+  const perm = radixOrder(ev.keys, words, n);
+  const keys = ev.keys;
+  const kind = ev.kind;
+  const value = ev.value;
+
+  // Output, at most one segment per distinct key plus the one at address 0.
+  const cap = n + 1;
+  const starts = new Uint32Array(cap * words);
+  const country = new Int16Array(cap);
+  const asnBits = new Int32Array(cap); // int32 pattern, -1 none; converted to Float64 at the end
+  const bits = new Uint32Array(cap);
+  const counters = new Int32Array(MAX_LISTS);
+  let cState = -1;
+  let aState = -1;
+  let bState = 0;
+  // Segment 0 at address 0, empty.
+  let segs = 1;
+  country[0] = -1;
+  asnBits[0] = -1;
+  bits[0] = 0;
+
+  let i = 0;
+  while (i < n) {
+    const first = perm[i]!;
+    const ko = first * words;
+    let j = i + 1;
+    while (j < n && sameKey(keys, ko, perm[j]! * words, words)) j++;
+    // Ends first, then starts: an adjacent range of the same source takes over cleanly.
+    for (let pass = 1; pass >= 0; pass--) {
+      for (let t = i; t < j; t++) {
+        const e = perm[t]!;
+        const kd = kind[e]!;
+        if ((kd & 1) !== pass) continue;
+        const src = kd >>> 1;
+        if (src === SRC_COUNTRY) cState = pass ? -1 : value[e]!;
+        else if (src === SRC_ASN) aState = pass ? -1 : value[e]!;
+        else {
+          const li = src - SRC_LIST;
+          if (pass) {
+            if (--counters[li] === 0) bState = (bState & ~(1 << li)) >>> 0;
+          } else if (counters[li]++ === 0) bState = (bState | (1 << li)) >>> 0;
+        }
+      }
+    }
+    i = j;
+    const last = segs - 1;
+    if (country[last] === cState && asnBits[last] === aState && bits[last] === bState) continue;
+    let at = segs;
+    if (isZeroKey(keys, ko, words)) {
+      at = 0; // events at address 0 redefine segment 0
+    } else {
+      segs++;
+    }
+    for (let k = 0; k < words; k++) starts[at * words + k] = keys[ko + k]!;
+    country[at] = cState;
+    asnBits[at] = aState;
+    bits[at] = bState;
+  }
+
+  const asn = new Float64Array(segs);
+  for (let s = 0; s < segs; s++) asn[s] = asnBits[s] === -1 ? NaN : asnBits[s]! >>> 0;
+  const outStarts = starts.slice(0, segs * words);
+  return {
+    starts: outStarts,
+    index: buildIndex(outStarts, words, segs),
+    country: country.slice(0, segs),
+    asn,
+    lists: bits.slice(0, segs),
+  };
+}
+
+function sameKey(keys: Uint32Array, a: number, b: number, words: number): boolean {
+  for (let k = 0; k < words; k++) if (keys[a + k] !== keys[b + k]) return false;
+  return true;
+}
+
+function isZeroKey(keys: Uint32Array, a: number, words: number): boolean {
+  for (let k = 0; k < words; k++) if (keys[a + k] !== 0) return false;
+  return true;
+}
+
+/** index[k] = the segment holding the address whose top 16 bits are k and the rest zero. */
+function buildIndex(starts: Uint32Array, words: number, segs: number): Uint32Array {
+  const index = new Uint32Array(INDEX_SIZE);
+  let s = 0;
+  for (let k = 0; k < 65536; k++) {
+    // Advance while the next segment starts at or before k << 16 (followed by zero words).
+    const top = k * 65536;
+    while (s + 1 < segs && startsAtOrBefore(starts, (s + 1) * words, top, words)) s++;
+    index[k] = s;
+  }
+  index[65536] = segs - 1;
+  return index;
+}
+
+/** True when the start at starts[o..] is <= (top, 0, 0, 0). */
+function startsAtOrBefore(starts: Uint32Array, o: number, top: number, words: number): boolean {
+  const w0 = starts[o]!;
+  if (w0 !== top) return w0 < top;
+  for (let k = 1; k < words; k++) if (starts[o + k] !== 0) return false;
+  return true;
+}
+
+/**
+ * A stable permutation sorting the keys (each `words` uint32 words, most
+ * significant first) ascending: LSD radix sort on 16-bit digits, skipping the
+ * digits every key shares.
+ */
+export function radixOrder(keys: Uint32Array, words: number, n: number): Uint32Array {
+  let perm = new Uint32Array(n);
+  for (let i = 0; i < n; i++) perm[i] = i;
+  if (n < 2) return perm;
+  let tmp = new Uint32Array(n);
+  const count = new Uint32Array(65536);
+  for (let w = words - 1; w >= 0; w--) {
+    for (let shift = 0; shift <= 16; shift += 16) {
+      count.fill(0);
+      for (let i = 0; i < n; i++) count[(keys[i * words + w]! >>> shift) & 0xffff]!++;
+      const d0 = (keys[w]! >>> shift) & 0xffff;
+      if (count[d0] === n) continue; // every key has this digit
+      let sum = 0;
+      for (let d = 0; d < 65536; d++) {
+        const c = count[d]!;
+        count[d] = sum;
+        sum += c;
+      }
+      for (let i = 0; i < n; i++) {
+        const e = perm[i]!;
+        const d = (keys[e * words + w]! >>> shift) & 0xffff;
+        tmp[count[d]!++] = e;
+      }
+      const t = perm;
+      perm = tmp;
+      tmp = t;
+    }
+  }
+  return perm;
+}
