@@ -141,11 +141,11 @@ function timeCommand(cmd: string, args: string[], rounds: number): number | stri
 
 function line(name: string, packets: number, ns: number | string, note = ''): void {
   if (typeof ns === 'string') {
-    console.log(`${name.padEnd(46)}  ${ns}`);
+    console.log(`${name.padEnd(50)}  ${ns}`);
     return;
   }
   const pps = (packets * 1e9) / ns;
-  console.log(`${name.padEnd(46)}  ${(pps / 1e6).toFixed(2).padStart(6)} M pkt/s  ${(ns / packets).toFixed(0).padStart(5)} ns/pkt  ${(ns / 1e6).toFixed(0).padStart(6)} ms${note}`);
+  console.log(`${name.padEnd(50)}  ${(pps / 1e6).toFixed(2).padStart(6)} M pkt/s  ${(ns / packets).toFixed(0).padStart(5)} ns/pkt  ${(ns / 1e6).toFixed(0).padStart(6)} ms${note}`);
 }
 
 /** Prints packets/s of Moat's reader, a bare header walk, tcpdump and tshark on the same file. */

@@ -1,8 +1,10 @@
-// Runs the benchmarks: `npm run bench [-- name...]` (names: expr).
+// Runs the benchmarks: `npm run bench [-- name...]` (names: expr, pcap-reader).
 import { runExprBench } from './expr.bench.js';
+import { runPcapReaderBench } from './pcap-reader.bench.js';
 
 const BENCHES: Record<string, () => void | Promise<void>> = {
   expr: runExprBench,
+  'pcap-reader': runPcapReaderBench,
 };
 
 const wanted = process.argv.slice(2);

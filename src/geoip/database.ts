@@ -145,7 +145,6 @@ export function geoIpFromBuffer(buf: Buffer, file: string, options: OpenGeoIpOpt
   const records: unknown[] = [];
   const where: string[] = [];
   const decode = (r: number, ip: string): void => {
-    if (slotOf.has(r)) return;
     let rec: unknown;
     try {
       rec = reader.get(ip);
@@ -156,10 +155,14 @@ export function geoIpFromBuffer(buf: Buffer, file: string, options: OpenGeoIpOpt
     records.push(rec);
     where.push(ip);
   };
-  for (let i = 0; i < raw.v4Count; i++) decode(raw.v4Record[i]!, formatIpv4(raw.v4First[i]!));
+  for (let i = 0; i < raw.v4Count; i++) {
+    const r = raw.v4Record[i]!;
+    if (!slotOf.has(r)) decode(r, formatIpv4(raw.v4First[i]!));
+  }
   for (let i = 0; i < raw.v6Count; i++) {
+    const r = raw.v6Record[i]!;
     const o = i * 4;
-    decode(raw.v6Record[i]!, formatIpv6(raw.v6First[o]!, raw.v6First[o + 1]!, raw.v6First[o + 2]!, raw.v6First[o + 3]!));
+    if (!slotOf.has(r)) decode(r, formatIpv6(raw.v6First[o]!, raw.v6First[o + 1]!, raw.v6First[o + 2]!, raw.v6First[o + 3]!));
   }
 
   const kind: GeoIpKind = options.kind ?? typeKind ?? detectKind(records, where, bad);

@@ -12,10 +12,11 @@
 // nothing.
 //
 // Building: every range of every source becomes two events (start at first,
-// end at last+1), the events are radix-sorted by address (16-bit digits), and
+// end at last+1), the events are sorted by address (native 64-bit typed-array
+// sort, most significant word first; ties keep input order), and
 // one sweep applies them in order — ends before starts at the same address —
 // keeping a per-list counter (lists may overlap themselves) and emitting a
-// segment whenever the state changes. Cost: O(E) for E events, plus the index.
+// segment whenever the state changes. Cost: O(E log E) for E events, plus the index.
 //
 // IPv4-in-IPv6 (decision): an IPv6 address is looked up in IPv6 data only. A
 // GeoIP database answers `::ffff:a.b.c.d`, `::a.b.c.d` and 6to4 `2002:aabb:ccdd::/48`
@@ -334,7 +335,7 @@ function buildFamily(words: 1 | 4, input: AddressTableInput, lists: readonly IpR
   lists.forEach((l, i) => ev.addRanges(v4 ? l.v4First : l.v6First, v4 ? l.v4Last : l.v6Last, undefined, SRC_LIST + i));
 
   const n = ev.n;
-  const perm = radixOrder(ev.keys, words, n);
+  const perm = sortOrder(ev.keys, words, n);
   const keys = ev.keys;
   const kind = ev.kind;
   const value = ev.value;
@@ -437,38 +438,66 @@ function startsAtOrBefore(starts: Uint32Array, o: number, top: number, words: nu
   return true;
 }
 
+const LITTLE_ENDIAN = new Uint8Array(Uint32Array.of(1).buffer)[0] === 1;
+
 /**
- * A stable permutation sorting the keys (each `words` uint32 words, most
- * significant first) ascending: LSD radix sort on 16-bit digits, skipping the
- * digits every key shares.
+ * A permutation that sorts the keys (each `words` uint32 words, most
+ * significant first) ascending; equal keys keep their input order.
+ *
+ * Most significant word first: the elements are sorted by (word << 32 | element)
+ * as BigUint64 values with the engine's native typed-array sort (the 64-bit
+ * values are written through a Uint32Array view, so no BigInt is created);
+ * runs that share the word are then sorted by the next word, and so on. Random
+ * IPv6 keys need one native sort, keys clustered in a few /32s two or three.
+ * (A 16-bit LSD radix sort of 2M IPv6 keys was 3-4x slower here: its scatter
+ * and gather passes miss the cache on every element.)
  */
-export function radixOrder(keys: Uint32Array, words: number, n: number): Uint32Array {
-  let perm = new Uint32Array(n);
+export function sortOrder(keys: Uint32Array, words: number, n: number): Uint32Array {
+  const perm = new Uint32Array(n);
   for (let i = 0; i < n; i++) perm[i] = i;
   if (n < 2) return perm;
-  let tmp = new Uint32Array(n);
-  const count = new Uint32Array(65536);
-  for (let w = words - 1; w >= 0; w--) {
-    for (let shift = 0; shift <= 16; shift += 16) {
-      count.fill(0);
-      for (let i = 0; i < n; i++) count[(keys[i * words + w]! >>> shift) & 0xffff]!++;
-      const d0 = (keys[w]! >>> shift) & 0xffff;
-      if (count[d0] === n) continue; // every key has this digit
-      let sum = 0;
-      for (let d = 0; d < 65536; d++) {
-        const c = count[d]!;
-        count[d] = sum;
-        sum += c;
-      }
-      for (let i = 0; i < n; i++) {
+  if (!LITTLE_ENDIAN) return fallbackOrder(keys, words, n);
+  const wide = new BigUint64Array(n);
+  const half = new Uint32Array(wide.buffer);
+  // Runs still to sort at the current word: [start, end) pairs; the first is everything.
+  let runs: number[] = [0, n];
+  for (let w = 0; w < words && runs.length > 0; w++) {
+    const next: number[] = [];
+    for (let r = 0; r < runs.length; r += 2) {
+      const start = runs[r]!;
+      const end = runs[r + 1]!;
+      for (let i = start; i < end; i++) {
         const e = perm[i]!;
-        const d = (keys[e * words + w]! >>> shift) & 0xffff;
-        tmp[count[d]!++] = e;
+        half[2 * i] = e;
+        half[2 * i + 1] = keys[e * words + w]!;
       }
-      const t = perm;
-      perm = tmp;
-      tmp = t;
+      wide.subarray(start, end).sort();
+      // Read back the order, and find the runs of equal words for the next level.
+      let runStart = start;
+      for (let i = start; i < end; i++) {
+        perm[i] = half[2 * i]!;
+        if (i > start && half[2 * i + 1] !== half[2 * i - 1]) {
+          if (i - runStart > 1) next.push(runStart, i);
+          runStart = i;
+        }
+      }
+      if (end - runStart > 1) next.push(runStart, end);
     }
+    runs = next;
   }
   return perm;
+}
+
+/** Comparator sort, for big-endian hosts. */
+function fallbackOrder(keys: Uint32Array, words: number, n: number): Uint32Array {
+  const idx = Array.from({ length: n }, (_, i) => i);
+  idx.sort((a, b) => {
+    for (let k = 0; k < words; k++) {
+      const x = keys[a * words + k]!;
+      const y = keys[b * words + k]!;
+      if (x !== y) return x < y ? -1 : 1;
+    }
+    return 0;
+  });
+  return Uint32Array.from(idx);
 }

@@ -7,7 +7,7 @@
 import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
 import { openGeoIpSync, type AsnTable, type CountryTable } from '../../src/geoip/index.js';
-import { AddressTable, MAX_LISTS, radixOrder, type AddressTableInput } from '../../src/net/address-table.js';
+import { AddressTable, MAX_LISTS, sortOrder, type AddressTableInput } from '../../src/net/address-table.js';
 import type { CountryRanges, GeoRangeTable } from '../../src/net/geo-ranges.js';
 import { formatIpv4, parseIp } from '../../src/net/index.js';
 import { emptyRangeList, rangeListFromStrings, type IpRangeList } from '../../src/net/list-file.js';
@@ -377,11 +377,11 @@ describe('AddressTable build', () => {
     expect(ms).toBeLessThan(2000);
   });
 
-  it('sorts keys with a stable radix order', () => {
+  it('sorts keys of one and four words in address order, ties in input order', () => {
     const keys = Uint32Array.from([5, 0, 0, 1, 0xffffffff, 0, 5, 0, 0, 0, 0, 1]);
     // Four-word keys: [5,0,0,1], [0xffffffff,0,5,0], [0,0,0,1]
-    expect(Array.from(radixOrder(keys, 4, 3))).toEqual([2, 0, 1]);
+    expect(Array.from(sortOrder(keys, 4, 3))).toEqual([2, 0, 1]);
     const one = Uint32Array.from([3, 1, 2, 1, 0x10000, 0xffff]);
-    expect(Array.from(radixOrder(one, 1, 6))).toEqual([1, 3, 2, 0, 5, 4]);
+    expect(Array.from(sortOrder(one, 1, 6))).toEqual([1, 3, 2, 0, 5, 4]);
   });
 });

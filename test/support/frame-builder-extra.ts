@@ -87,6 +87,14 @@ export function loopFrame(ipPacket: Uint8Array, af: number): Uint8Array {
   return nullFrame(ipPacket, af, false);
 }
 
+// ---------------------------------------------------------------- payloads
+
+/** A well-formed DNS query (RD set) for `name`, type A, class IN: a UDP payload Wireshark dissects cleanly. */
+export function dnsQuery(name: string, id: number): Uint8Array {
+  const labels = name.split('.').flatMap((l) => [l.length, ...new TextEncoder().encode(l)]);
+  return Uint8Array.of(id >> 8, id & 0xff, 0x01, 0x00, 0, 1, 0, 0, 0, 0, 0, 0, ...labels, 0, 0, 1, 0, 1);
+}
+
 // ---------------------------------------------------------------- IPv6 extension headers
 
 export type Ipv6Extension =

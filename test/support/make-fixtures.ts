@@ -15,6 +15,7 @@ import { fileURLToPath } from 'node:url';
 import { LINKTYPE, PCAP_GLOBAL_HEADER_LENGTH, PCAP_RECORD_HEADER_LENGTH, buildPcap, type PcapWriterOptions } from '../../src/capture/index.js';
 import {
   BSD_AF,
+  dnsQuery,
   IPV6_OPTION,
   PcapngBuilder,
   fragmentIpv4,
@@ -94,14 +95,14 @@ const payload = (n: number, seed: number): Uint8Array => Uint8Array.from({ lengt
 
 const V4_TCP_8080: FrameSpec = { ip: { version: 4, src: '10.0.0.1', dst: '10.0.0.2', ttl: 64, id: 1 }, l4: { kind: 'tcp', srcPort: 40000, dstPort: 8080, flags: TCP.SYN, seq: 1000 } };
 const V4_TCP_9999: FrameSpec = { ip: { version: 4, src: '10.0.0.1', dst: '10.0.0.2', ttl: 64, id: 2 }, l4: { kind: 'tcp', srcPort: 40001, dstPort: 9999, flags: TCP.SYN, seq: 2000 } };
-const V4_UDP: FrameSpec = { ip: { version: 4, src: '10.0.0.1', dst: '10.0.0.53', ttl: 64, id: 3 }, l4: { kind: 'udp', srcPort: 5353, dstPort: 53, payload: payload(24, 1) } };
+const V4_UDP: FrameSpec = { ip: { version: 4, src: '10.0.0.1', dst: '10.0.0.53', ttl: 64, id: 3 }, l4: { kind: 'udp', srcPort: 33000, dstPort: 53, payload: dnsQuery('example.com', 0x1234) } };
 const V4_ICMP: FrameSpec = { ip: { version: 4, src: '10.0.0.1', dst: '10.0.0.2', ttl: 64, id: 4 }, l4: { kind: 'icmp', type: 8, code: 0, body: concatBytes(Uint8Array.of(0x12, 0x34, 0, 1), payload(16, 2)) } };
 const V4_OPTIONS: FrameSpec = {
   ip: { version: 4, src: '192.0.2.1', dst: '198.51.100.7', ttl: 3, id: 5, options: concatBytes(IPV4_OPTION.routerAlert(), IPV4_OPTION.recordRoute(2), IPV4_OPTION.NOP) },
   l4: { kind: 'tcp', srcPort: 1234, dstPort: 443, flags: TCP.ACK | TCP.PSH, seq: 1, ack: 2, payload: payload(10, 3) },
 };
 const V6_TCP_9999: FrameSpec = { ip: { version: 6, src: '2001:db8::1', dst: '2001:db8::2', hopLimit: 64 }, l4: { kind: 'tcp', srcPort: 40002, dstPort: 9999, flags: TCP.SYN, seq: 3000 } };
-const V6_UDP: FrameSpec = { ip: { version: 6, src: '2001:db8::1', dst: '2001:db8::53', hopLimit: 64 }, l4: { kind: 'udp', srcPort: 5353, dstPort: 53, payload: payload(20, 4) } };
+const V6_UDP: FrameSpec = { ip: { version: 6, src: '2001:db8::1', dst: '2001:db8::53', hopLimit: 64 }, l4: { kind: 'udp', srcPort: 33001, dstPort: 53, payload: dnsQuery('example.org', 0x4321) } };
 const V6_ICMP: FrameSpec = { ip: { version: 6, src: 'fe80::1', dst: 'fe80::2', hopLimit: 255 }, l4: { kind: 'icmp', type: 128, code: 0, body: concatBytes(Uint8Array.of(0, 7, 0, 1), payload(8, 5)) } };
 
 /** The Ethernet set: every IP flavour, plus 802.1Q and QinQ tags. */
@@ -109,11 +110,11 @@ function ethernetSet(): Labelled[] {
   return [
     { what: 'IPv4 TCP SYN to 8080', data: buildFrame(V4_TCP_8080) },
     { what: 'IPv4 TCP SYN to 9999', data: buildFrame(V4_TCP_9999) },
-    { what: 'IPv4 UDP to 53', data: buildFrame(V4_UDP) },
+    { what: 'IPv4 UDP DNS query to 53', data: buildFrame(V4_UDP) },
     { what: 'IPv4 ICMP echo request', data: buildFrame(V4_ICMP) },
     { what: 'IPv4 with options (router alert, record route) TCP to 443', data: buildFrame(V4_OPTIONS) },
     { what: 'IPv6 TCP SYN to 9999', data: buildFrame(V6_TCP_9999) },
-    { what: 'IPv6 UDP to 53', data: buildFrame(V6_UDP) },
+    { what: 'IPv6 UDP DNS query to 53', data: buildFrame(V6_UDP) },
     { what: 'ICMPv6 echo request', data: buildFrame(V6_ICMP) },
     { what: '802.1Q VLAN 100, IPv4 TCP SYN to 9999', data: withVlanTags(buildFrame(V4_TCP_9999), [{ tpid: 0x8100, vid: 100 }]) },
     {
@@ -123,7 +124,7 @@ function ethernetSet(): Labelled[] {
         { tpid: 0x8100, vid: 100, pcp: 5 },
       ]),
     },
-    { what: '802.1Q VLAN 7, IPv6 UDP to 53', data: withVlanTags(buildFrame(V6_UDP), [{ tpid: 0x8100, vid: 7 }]) },
+    { what: '802.1Q VLAN 7, IPv6 UDP DNS query to 53', data: withVlanTags(buildFrame(V6_UDP), [{ tpid: 0x8100, vid: 7 }]) },
   ];
 }
 
@@ -144,13 +145,13 @@ function ipv6ExtensionSet(): Labelled[] {
   const icmp = buildIpPacket(V6_ICMP);
   const rh2 = concatBytes(new Uint8Array(4), parseIpv6('2001:db8::2')); // type 2: reserved + home address
   const ah = { kind: 'ah' as const, spi: 0x1000, seq: 1, icv: payload(12, 9) };
-  const bigUdp = buildIpPacket({ ...V6_UDP, l4: { kind: 'udp', srcPort: 5353, dstPort: 53, payload: payload(100, 6) } });
+  const bigUdp = buildIpPacket({ ...V6_UDP, l4: { kind: 'udp', srcPort: 7000, dstPort: 7001, payload: payload(100, 6) } });
   const frags = fragmentIpv6(bigUdp, 64, 0xabcdef01);
   return [
     { what: 'IPv6 hop-by-hop (router alert) then TCP', data: ethernetAround(withIpv6Extensions(tcp, [{ kind: 'hop-by-hop', options: IPV6_OPTION.routerAlert() }])) },
     { what: 'IPv6 routing header type 2 (segments left 0) then TCP', data: ethernetAround(withIpv6Extensions(tcp, [{ kind: 'routing', routingType: 2, segmentsLeft: 0, data: rh2 }])) },
-    { what: 'IPv6 destination options then UDP', data: ethernetAround(withIpv6Extensions(udp, [{ kind: 'destination', options: IPV6_OPTION.experimental(payload(3, 7)) }])) },
-    { what: 'IPv6 atomic fragment header then UDP', data: ethernetAround(withIpv6Extensions(udp, [{ kind: 'fragment', offset: 0, more: false, id: 0x11223344 }])) },
+    { what: 'IPv6 destination options then UDP DNS query', data: ethernetAround(withIpv6Extensions(udp, [{ kind: 'destination', options: IPV6_OPTION.experimental(payload(3, 7)) }])) },
+    { what: 'IPv6 atomic fragment header then UDP DNS query', data: ethernetAround(withIpv6Extensions(udp, [{ kind: 'fragment', offset: 0, more: false, id: 0x11223344 }])) },
     { what: 'IPv6 AH then TCP', data: ethernetAround(withIpv6Extensions(tcp, [ah])) },
     {
       what: 'IPv6 chain hop-by-hop, destination, routing, fragment, AH then ICMPv6',
@@ -181,7 +182,7 @@ function ipv4FragmentSet(): Labelled[] {
 function ipSet(): Labelled[] {
   return [
     { what: 'IPv4 TCP SYN to 9999', data: buildIpPacket(V4_TCP_9999) },
-    { what: 'IPv4 UDP to 53', data: buildIpPacket(V4_UDP) },
+    { what: 'IPv4 UDP DNS query to 53', data: buildIpPacket(V4_UDP) },
     { what: 'IPv4 ICMP echo request', data: buildIpPacket(V4_ICMP) },
     { what: 'IPv6 TCP SYN to 9999', data: buildIpPacket(V6_TCP_9999) },
     { what: 'ICMPv6 echo request', data: buildIpPacket(V6_ICMP) },
@@ -359,13 +360,13 @@ export function buildFixtures(): Fixture[] {
       { linkType: LT.LOOP },
     ),
   );
-  const long = buildFrame({ ...V4_UDP, l4: { kind: 'udp', srcPort: 5353, dstPort: 53, payload: payload(400, 10) } });
+  const long = buildFrame({ ...V4_UDP, l4: { kind: 'udp', srcPort: 7000, dstPort: 7001, payload: payload(400, 10) } });
   out.push(
     classic(
       'snaplen-truncated.pcap',
       'Classic pcap, us, Ethernet, snaplen 64: frames longer than 64 bytes are stored cut (caplen 64 < origLen)',
       timed([
-        { what: 'IPv4 UDP, 442 bytes on the wire, 64 stored', data: long },
+        { what: 'IPv4 UDP 7000 to 7001, 442 bytes on the wire, 64 stored', data: long },
         { what: 'IPv4 TCP SYN, 54 bytes, stored whole', data: buildFrame(V4_TCP_8080) },
         { what: 'IPv6 TCP SYN, 74 bytes on the wire, 64 stored', data: buildFrame(V6_TCP_9999) },
         { what: 'QinQ IPv4 TCP, 62 bytes, stored whole', data: eth[9]!.data },
@@ -470,7 +471,7 @@ export function buildFixtures(): Fixture[] {
       b.section();
       b.addInterface({ linkType: LT.ETHERNET, snapLen: 64 });
       b.enhancedPacket(0, long, { seconds: 1_700_000_000, nanoseconds: 500_000_000 });
-      what.push('EPB IPv4 UDP, 442 bytes on the wire, 64 stored');
+      what.push('EPB IPv4 UDP 7000 to 7001, 442 bytes on the wire, 64 stored');
       b.simplePacket(buildFrame(V6_TCP_9999));
       what.push('SPB IPv6 TCP SYN, 74 bytes on the wire, 64 stored');
       b.enhancedPacket(0, eth[0]!.data, { seconds: 1_700_000_001, nanoseconds: 0 });
@@ -515,7 +516,11 @@ tests (\`test/capture/pcap-reader.test.ts\`). **Generated — do not edit by han
 * Every file is read by \`capinfos\` and \`tshark -r\` (Wireshark 4.0.17) with the packet
   count listed here; the reader test checks, per packet, that Moat's reader and
   \`tshark -T fields -e frame.time_epoch -e frame.len -e frame.cap_len\` agree to the
-  nanosecond.
+  nanosecond. Note that tshark 4.0 also lists every pcapng Custom Block as a record of
+  its own (no encapsulation type, dissected as \`data\`), so \`tshark -r\` prints 10
+  lines for \`pcapng-interfaces.pcapng\` (8 packets, 2 custom blocks) and 12 for
+  \`pcapng-be.pcapng\` (11 packets, 1 custom block); \`capinfos -c\` counts packets only.
+  tshark prints no time for a Simple Packet Block (it has none).
 * Damaged files for the error tests are generated by the test itself in a temporary
   directory; none are kept here.
 

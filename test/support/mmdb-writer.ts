@@ -62,6 +62,7 @@ export class MmdbWriter {
   private readonly pending: Array<{ words: number[]; length: number; data: number; seq: number }> = [];
   private readonly dataIndex = new Map<string, number>();
   private readonly dataValues: MmdbValue[] = [];
+  private readonly byObject = new WeakMap<object, number>();
   // Tree during building: per node, two records. A record is EMPTY, a node
   // number (>= 0), or -(2 + data index).
   private left = new Int32Array(1024);
@@ -103,12 +104,17 @@ export class MmdbWriter {
       w = words.map((x) => x >>> 0);
       len = length;
     }
-    const key = stableKey(data);
-    let index = this.dataIndex.get(key);
+    // The same object given again is the same value: skip re-serialising it.
+    let index = typeof data === 'object' && data !== null ? this.byObject.get(data) : undefined;
     if (index === undefined) {
-      index = this.dataValues.length;
-      this.dataValues.push(data);
-      this.dataIndex.set(key, index);
+      const key = stableKey(data);
+      index = this.dataIndex.get(key);
+      if (index === undefined) {
+        index = this.dataValues.length;
+        this.dataValues.push(data);
+        this.dataIndex.set(key, index);
+      }
+      if (typeof data === 'object' && data !== null) this.byObject.set(data, index);
     }
     this.pending.push({ words: w, length: len, data: index, seq: this.pending.length });
     return this;

@@ -116,8 +116,9 @@ export function syntheticNetworks(rng: Rng, values: number, o: SyntheticOptions 
 /** A GeoLite2-Country-layout database of synthetic networks. */
 export function syntheticCountryDb(rng: Rng, o: SyntheticOptions = {}): Buffer {
   const w = new MmdbWriter({ databaseType: 'GeoLite2-Country', ...o.writer });
+  const records = SYNTHETIC_CODES.map((c) => countryRecord(c));
   for (const { net, value } of syntheticNetworks(rng, SYNTHETIC_CODES.length, o)) {
-    w.insertWords(net.family, net.words, net.length, countryRecord(SYNTHETIC_CODES[value]!));
+    w.insertWords(net.family, net.words, net.length, records[value]!);
   }
   return w.toBuffer();
 }
@@ -126,8 +127,9 @@ export function syntheticCountryDb(rng: Rng, o: SyntheticOptions = {}): Buffer {
 export function syntheticAsnDb(rng: Rng, o: SyntheticOptions = {}): Buffer {
   const w = new MmdbWriter({ databaseType: 'GeoLite2-ASN', ...o.writer });
   const asns = Array.from({ length: 5000 }, (_, i) => (i === 0 ? 4_200_000_000 : i === 1 ? 0 : 1 + rng.int(400_000)));
+  const records = asns.map((a) => asnRecord(a, `AS${a}`));
   for (const { net, value } of syntheticNetworks(rng, asns.length, o)) {
-    w.insertWords(net.family, net.words, net.length, asnRecord(asns[value]!, `AS${asns[value]}`));
+    w.insertWords(net.family, net.words, net.length, records[value]!);
   }
   return w.toBuffer();
 }
