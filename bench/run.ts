@@ -1,10 +1,12 @@
-// Runs the benchmarks: `npm run bench [-- name...]` (names: expr, pcap-reader).
+// Runs the benchmarks: `npm run bench [-- name...]` (names: expr, pcap-reader, pipeline).
 import { runExprBench } from './expr.bench.js';
 import { runPcapReaderBench } from './pcap-reader.bench.js';
+import { runPipelineBench } from './pipeline.bench.js';
 
 const BENCHES: Record<string, () => void | Promise<void>> = {
   expr: runExprBench,
   'pcap-reader': runPcapReaderBench,
+  pipeline: runPipelineBench,
 };
 
 const wanted = process.argv.slice(2);

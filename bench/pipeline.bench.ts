@@ -1,0 +1,245 @@
+// End-to-end packet path throughput: a capture of 1,000,000 packets (60-100 byte
+// frames, 80% IPv4 / 20% IPv6, TCP and UDP), a 50-rule network_transit ruleset
+// mixing port sets, ranges, flags, lengths, countries, AS numbers and lists,
+// three lists of 100,000 prefixes, and GeoIP country and ASN lookups on both
+// addresses (synthetic databases of realistic size). In the same run, on the
+// same file, it measures:
+//   * Moat: read the file, decode, look up, evaluate, count (what `moat replay` does);
+//   * a bare loop that only walks the records (Moat's reader, no decoding): the I/O floor;
+//   * tcpdump -r with a BPF filter on a simpler rule, and Moat on that same rule;
+//   * tshark -Y with the ruleset's non-list rules translated (a display filter
+//     cannot hold 300,000 list entries), on a 100,000-packet prefix because tshark
+//     dissects every frame and keeps state per frame; its rate is per packet of the prefix.
+// Knob: MOAT_BENCH_PIPELINE_PACKETS (default 1000000).
+
+import { spawnSync } from 'node:child_process';
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { openPcapFile, PcapReader } from '../src/capture/index.js';
+import { loadBundle, PacketPath } from '../src/engine/index.js';
+import { formatIpv4 } from '../src/net/index.js';
+import { buildFrame, TCP, type FrameSpec } from '../test/support/packet-builder.js';
+import { Rng } from '../test/support/random.js';
+import { syntheticAsnDb, syntheticCountryDb } from '../test/support/synthetic-geoip.js';
+
+const PACKETS = Number(process.env.MOAT_BENCH_PIPELINE_PACKETS ?? 1_000_000);
+const TSHARK_PACKETS = Math.min(100_000, PACKETS);
+const LIST_SIZE = 100_000;
+
+const COUNTRIES = ['CN', 'RU', 'KP', 'IR', 'SY', 'CU', 'VE', 'BY', 'MM', 'SD'];
+
+/** One rule in both syntaxes: Cloudflare's and Wireshark's (null: not expressible in a display filter). */
+interface RuleSpec {
+  cf: string;
+  ws: string | null;
+}
+
+function ruleset(rng: Rng): RuleSpec[] {
+  const rules: RuleSpec[] = [];
+  const setOf = (xs: number[]) => ({ cf: xs.join(' '), ws: xs.join(', ') });
+  for (let i = 0; i < 12; i++) {
+    const ports = Array.from({ length: 3 + rng.int(6) }, () => 1 + rng.int(10_000));
+    const s = setOf(ports);
+    rules.push({ cf: `tcp.dstport in {${s.cf} ${20000 + i * 100}..${20000 + i * 100 + 50}}`, ws: `tcp.dstport in {${s.ws}, ${20000 + i * 100}..${20000 + i * 100 + 50}}` });
+  }
+  for (let i = 0; i < 8; i++) {
+    const ports = Array.from({ length: 2 + rng.int(4) }, () => 1 + rng.int(2000));
+    const s = setOf(ports);
+    const len = 200 + rng.int(1000);
+    rules.push({ cf: `udp.dstport in {${s.cf}} and ip.len > ${len}`, ws: `udp.dstport in {${s.ws}} and (ip.len > ${len} or ipv6.plen > ${len - 40})` });
+  }
+  for (let i = 0; i < 6; i++) {
+    const ttl = 1 + rng.int(8);
+    rules.push({ cf: `tcp.flags.syn and not tcp.flags.ack and ip.ttl < ${ttl} and tcp.dstport == ${1 + rng.int(1024)}`, ws: `tcp.flags.syn == 1 and tcp.flags.ack == 0 and (ip.ttl < ${ttl} or ipv6.hlim < ${ttl}) and tcp.dstport == ${1 + rng.int(1024)}` });
+  }
+  for (let i = 0; i < 8; i++) {
+    const cs = Array.from({ length: 2 + rng.int(3) }, () => rng.pick(COUNTRIES));
+    const port = 1 + rng.int(65535);
+    rules.push({
+      cf: `ip.src.country in {${cs.map((c) => `"${c}"`).join(' ')}} and tcp.dstport == ${port}`,
+      ws: `(ip.geoip.src_country_iso in {${cs.map((c) => `"${c}"`).join(', ')}} or ipv6.geoip.src_country_iso in {${cs.map((c) => `"${c}"`).join(', ')}}) and tcp.dstport == ${port}`,
+    });
+  }
+  for (let i = 0; i < 6; i++) {
+    const asn = 1 + rng.int(400_000);
+    rules.push({ cf: `ip.dst.asnum == ${asn} and ip.proto == "udp"`, ws: `(ip.geoip.dst_asnum == ${asn} or ipv6.geoip.dst_asnum == ${asn}) and udp` });
+  }
+  for (let i = 0; i < 4; i++) {
+    rules.push({ cf: `tcp.flags & 0x29 and tcp.dstport == ${1 + rng.int(65535)}`, ws: `tcp.flags & 0x29 and tcp.dstport == ${1 + rng.int(65535)}` });
+  }
+  rules.push({ cf: 'ip.src in $svc.malware', ws: null });
+  rules.push({ cf: 'ip.dst in $svc.botnetcc', ws: null });
+  rules.push({ cf: 'ip.src in $office_blocklist and not tcp.dstport in {80 443}', ws: null });
+  rules.push({ cf: 'icmp.type == 8 and ip.len > 1000', ws: '(icmp.type == 8 and ip.len > 1000) or (icmpv6.type == 8 and ipv6.plen > 960)' });
+  rules.push({ cf: 'ip.proto == "gre" or ip.proto == "esp"', ws: 'ip.proto in {47, 50} or ipv6.nxt in {47, 50}' });
+  rules.push({ cf: 'ip.src in {192.0.2.0/24 198.51.100.0/24 2001:db8::/32}', ws: 'ip.src in {192.0.2.0/24, 198.51.100.0/24} or ipv6.src in {2001:db8::/32}' });
+  if (rules.length !== 50) throw new Error(`ruleset has ${rules.length} rules`);
+  return rules;
+}
+
+// Prefixes per performance.md's mix: 70% /32, 15% /24, 10% /25-/31, 5% /16-/23.
+function listFile(rng: Rng, size: number): { text: string; sample: number[] } {
+  const lines: string[] = [];
+  const sample: number[] = [];
+  for (let i = 0; i < size; i++) {
+    const r = rng.next();
+    const len = r < 0.7 ? 32 : r < 0.85 ? 24 : r < 0.95 ? 25 + rng.int(7) : 16 + rng.int(8);
+    const addr = ((rng.int(223) + 1) * 2 ** 24 + rng.int(2 ** 24)) >>> 0;
+    const net = len === 32 ? addr : (addr & ~(0xffffffff >>> len)) >>> 0;
+    lines.push(`${formatIpv4(net)}/${len}`);
+    if (i % 1000 === 0) sample.push(net);
+  }
+  return { text: lines.join('\n') + '\n', sample };
+}
+
+function writeCapture(path: string, count: number, rng: Rng, listed: number[]): void {
+  const templates: FrameSpec[] = [
+    { ip: { version: 4, src: '1.1.1.1', dst: '2.2.2.2', ttl: 64 }, l4: { kind: 'tcp', srcPort: 1, dstPort: 2, flags: TCP.SYN, payload: new Uint8Array(6) } },
+    { ip: { version: 4, src: '1.1.1.1', dst: '2.2.2.2', ttl: 64 }, l4: { kind: 'udp', srcPort: 1, dstPort: 2, payload: new Uint8Array(58) } },
+    { ip: { version: 6, src: '2001::1', dst: '2001::2', hopLimit: 64 }, l4: { kind: 'tcp', srcPort: 1, dstPort: 2, flags: TCP.ACK } },
+    { ip: { version: 6, src: '2001::1', dst: '2001::2', hopLimit: 64 }, l4: { kind: 'udp', srcPort: 1, dstPort: 2, payload: new Uint8Array(30) } },
+  ].map((t) => t as FrameSpec);
+  const frames = templates.map((t) => buildFrame(t));
+  const w = openPcapFile(path, { batchSize: 1 << 20 });
+  const hot = [22, 23, 53, 80, 123, 443, 443, 443, 3389, 8080];
+  for (let i = 0; i < count; i++) {
+    const k = rng.next() < 0.8 ? (rng.next() < 0.75 ? 0 : 1) : rng.next() < 0.75 ? 2 : 3;
+    const f = frames[k]!;
+    const v6 = k >= 2;
+    const l4 = v6 ? 54 : 34;
+    if (!v6) {
+      const src = rng.next() < 0.05 ? listed[rng.int(listed.length)]! : ((rng.int(223) + 1) * 2 ** 24 + rng.int(2 ** 24)) >>> 0;
+      const dst = ((rng.int(223) + 1) * 2 ** 24 + rng.int(2 ** 24)) >>> 0;
+      new DataView(f.buffer).setUint32(26, src);
+      new DataView(f.buffer).setUint32(30, dst);
+      f[22] = rng.pick([64, 128, 255, 3]);
+    } else {
+      for (let b = 22; b < 54; b += 4) new DataView(f.buffer).setUint32(b, (0x20000000 + rng.int(2 ** 29)) >>> 0);
+      f[21] = rng.pick([64, 128, 255, 3]);
+    }
+    const dport = rng.next() < 0.3 ? rng.pick(hot) : rng.int(65536);
+    f[l4] = (1024 + rng.int(60000)) >> 8;
+    f[l4 + 2] = dport >> 8;
+    f[l4 + 3] = dport & 255;
+    if (k === 0 || k === 2) f[l4 + 13] = rng.pick([TCP.SYN, TCP.ACK, TCP.ACK | TCP.PSH, TCP.SYN | TCP.ACK, TCP.FIN | TCP.ACK]);
+    w.writePacket(f, 1_700_000_000 + Math.floor(i / 100_000), (i % 100_000) * 10_000);
+  }
+  w.close();
+}
+
+function run(cmd: string, args: string[]): { seconds: number; ok: boolean; out: string } | null {
+  const t0 = process.hrtime.bigint();
+  const r = spawnSync(cmd, args, { encoding: 'utf8', maxBuffer: 1 << 30 });
+  if (r.error !== undefined) return null;
+  return { seconds: Number(process.hrtime.bigint() - t0) / 1e9, ok: r.status === 0, out: r.stdout + r.stderr };
+}
+
+function moatPass(capture: string, path: PacketPath, limit = Infinity): { seconds: number; dropped: number; packets: number } {
+  path.counters.packets = path.counters.dropped = 0;
+  const t0 = process.hrtime.bigint();
+  const r = PcapReader.open(capture);
+  let n = 0;
+  while (n < limit && r.next()) {
+    path.process(r.data, r.offset, r.caplen, r.origLen, r.linkType);
+    n++;
+  }
+  r.close();
+  return { seconds: Number(process.hrtime.bigint() - t0) / 1e9, dropped: path.counters.dropped, packets: path.counters.packets };
+}
+
+const fmt = (pps: number) => `${(pps / 1e6).toFixed(3).padStart(9)} M packets/s`;
+
+/** Runs the pipeline benchmark and prints its figures. */
+export function runPipelineBench(): void {
+  const rng = new Rng(2026);
+  const dir = mkdtempSync(join(tmpdir(), 'moat-pipeline-'));
+  try {
+    console.log(`\n## Packet path end to end (${PACKETS.toLocaleString('en-US')} packets, 50 rules, 3 x ${LIST_SIZE.toLocaleString('en-US')}-prefix lists, GeoIP country + ASN on both addresses)`);
+    let t = Date.now();
+    writeFileSync(join(dir, 'country.mmdb'), syntheticCountryDb(new Rng(1), { v4: 300_000, v6: 30_000 }));
+    writeFileSync(join(dir, 'asn.mmdb'), syntheticAsnDb(new Rng(2), { v4: 100_000, v6: 10_000 }));
+    const lists = ['malware', 'botnetcc', 'office'].map((n) => {
+      const l = listFile(rng, LIST_SIZE);
+      writeFileSync(join(dir, `${n}.txt`), l.text);
+      return l;
+    });
+    const rules = ruleset(rng);
+    writeFileSync(join(dir, 'rules.json'), JSON.stringify({ phase: 'network_transit', rules: rules.map((r, i) => ({ id: `r${i}`, action: 'block', expression: r.cf })) }));
+    writeFileSync(join(dir, 'simple.json'), JSON.stringify({ rules: [{ action: 'block', expression: 'tcp.dstport in {22 23 3389} or ip.src in {10.0.0.0/8}' }] }));
+    const capture = join(dir, 'traffic.pcap');
+    writeCapture(capture, PACKETS, rng, lists.flatMap((l) => l.sample));
+    console.log(`(inputs generated in ${((Date.now() - t) / 1000).toFixed(1)} s)`);
+
+    t = Date.now();
+    const full = loadBundle({
+      rules: [join(dir, 'rules.json')],
+      lists: [
+        { name: 'svc.malware', file: join(dir, 'malware.txt') },
+        { name: 'svc.botnetcc', file: join(dir, 'botnetcc.txt') },
+        { name: 'office_blocklist', file: join(dir, 'office.txt') },
+      ],
+      geoip: join(dir, 'country.mmdb'),
+      asn: join(dir, 'asn.mmdb'),
+    });
+    console.log(`bundle loaded (lists, GeoIP flattened, address table ${full.table.segments4.toLocaleString('en-US')} v4 + ${full.table.segments6.toLocaleString('en-US')} v6 segments, ${(full.table.byteLength / 2 ** 20).toFixed(1)} MiB, 50 rules compiled) in ${((Date.now() - t) / 1000).toFixed(2)} s`);
+
+    // The I/O floor: walk the records only.
+    let best = Infinity;
+    for (let round = 0; round < 3; round++) {
+      const t0 = process.hrtime.bigint();
+      const r = PcapReader.open(capture);
+      let x = 0;
+      while (r.next()) x ^= r.data[r.offset + 12]!;
+      r.close();
+      best = Math.min(best, Number(process.hrtime.bigint() - t0) / 1e9);
+      if (x === 0.5) console.log('');
+    }
+    const bare = PACKETS / best;
+
+    const path = new PacketPath(full.evaluator, { table: full.table });
+    let moat = { seconds: Infinity, dropped: 0, packets: 0 };
+    for (let round = 0; round < 3; round++) {
+      const m = moatPass(capture, path);
+      if (m.seconds < moat.seconds) moat = m;
+    }
+    const moatPps = PACKETS / moat.seconds;
+
+    const simple = loadBundle({ rules: [join(dir, 'simple.json')] });
+    const simplePath = new PacketPath(simple.evaluator, {});
+    let simpleBest = { seconds: Infinity, dropped: 0, packets: 0 };
+    for (let round = 0; round < 3; round++) {
+      const m = moatPass(capture, simplePath);
+      if (m.seconds < simpleBest.seconds) simpleBest = m;
+    }
+
+    console.log(`bare record walk (Moat reader, I/O floor)  ${fmt(bare)}`);
+    console.log(`Moat, 50 rules + lists + GeoIP             ${fmt(moatPps)}  (${moat.dropped.toLocaleString('en-US')} dropped; ${(moat.seconds * 1e9 / PACKETS).toFixed(0)} ns/packet; ${(moatPps / bare * 100).toFixed(0)}% of the walk rate)`);
+    console.log(`Moat, simple rule                          ${fmt(PACKETS / simpleBest.seconds)}  (${simpleBest.dropped.toLocaleString('en-US')} dropped)`);
+
+    const bpf = '(tcp dst port 22 or tcp dst port 23 or tcp dst port 3389) or src net 10.0.0.0/8';
+    const td = run('tcpdump', ['-r', capture, '-w', '/dev/null', bpf]);
+    if (td === null) console.log('tcpdump: not installed (apt-get install tcpdump)');
+    else {
+      const tdPps = PACKETS / td.seconds;
+      console.log(`tcpdump -r, same simple rule as BPF        ${fmt(tdPps)}  (Moat simple rule: ${(PACKETS / simpleBest.seconds / tdPps).toFixed(2)}x tcpdump; full ruleset: ${(moatPps / tdPps).toFixed(2)}x)`);
+    }
+
+    const wsFilter = rules.filter((r) => r.ws !== null).map((r) => `(${r.ws})`).join(' or ');
+    const prefix = join(dir, 'prefix.pcap');
+    const w = openPcapFile(prefix);
+    const r = PcapReader.open(capture);
+    for (let i = 0; i < TSHARK_PACKETS && r.next(); i++) w.writePacket(r.data.subarray(r.offset, r.offset + r.caplen), r.tsSec, r.tsNsec, r.origLen);
+    r.close();
+    w.close();
+    const ts = run('tshark', ['-n', '-o', `uat:maxmind_db_paths:"${dir}"`, '-r', prefix, '-Y', wsFilter, '-T', 'fields', '-e', 'frame.number']);
+    if (ts === null) console.log('tshark: not installed (apt-get install tshark)');
+    else if (!ts.ok) console.log(`tshark failed: ${ts.out.slice(0, 300)}`);
+    else {
+      const tsPps = TSHARK_PACKETS / ts.seconds;
+      console.log(`tshark -Y, ${rules.filter((x) => x.ws !== null).length} of the 50 rules (no lists), ${TSHARK_PACKETS.toLocaleString('en-US')} pkts ${fmt(tsPps)}  (Moat: ${(moatPps / tsPps).toFixed(0)}x tshark)`);
+    }
+  } finally {
+    rmSync(dir, { recursive: true, force: true });
+  }
+}
