@@ -41,7 +41,8 @@ function mem(): Mem {
 }
 
 function memDelta(a: Mem, b: Mem): string {
-  return `heap +${((b.heap - a.heap) / MB).toFixed(1)} MB, array buffers +${((b.arrays - a.arrays) / MB).toFixed(1)} MB`;
+  const mb = (x: number): string => `${x >= 0 ? '+' : ''}${(x / MB).toFixed(1)} MB`;
+  return `heap ${mb(b.heap - a.heap)}, array buffers ${mb(b.arrays - a.arrays)}`;
 }
 
 /** Median wall time of `rounds` runs of fn, in ms (one warm-up run first). */

@@ -347,9 +347,22 @@ function buildFamily(words: 1 | 4, input: AddressTableInput, lists: readonly IpR
   const asnBits = new Int32Array(cap); // int32 pattern, -1 none; converted to Float64 at the end
   const bits = new Uint32Array(cap);
   const counters = new Int32Array(MAX_LISTS);
-  let cState = -1;
-  let aState = -1;
-  let bState = 0;
+  // Current state: country value, ASN value (int32 pattern), list bits (as int32).
+  const st = new Int32Array(3);
+  st[0] = -1;
+  st[1] = -1;
+  const apply = (e: number, kd: number): void => {
+    const src = kd >>> 1;
+    const end = kd & 1;
+    if (src === SRC_COUNTRY) st[0] = end ? -1 : value[e]!;
+    else if (src === SRC_ASN) st[1] = end ? -1 : value[e]!;
+    else {
+      const li = src - SRC_LIST;
+      if (end) {
+        if (--counters[li] === 0) st[2] = st[2]! & ~(1 << li);
+      } else if (counters[li]++ === 0) st[2] = st[2]! | (1 << li);
+    }
+  };
   // Segment 0 at address 0, empty.
   let segs = 1;
   country[0] = -1;
@@ -361,25 +374,37 @@ function buildFamily(words: 1 | 4, input: AddressTableInput, lists: readonly IpR
     const first = perm[i]!;
     const ko = first * words;
     let j = i + 1;
-    while (j < n && sameKey(keys, ko, perm[j]! * words, words)) j++;
-    // Ends first, then starts: an adjacent range of the same source takes over cleanly.
-    for (let pass = 1; pass >= 0; pass--) {
+    if (words === 1) {
+      const k0 = keys[ko]!;
+      while (j < n && keys[perm[j]!] === k0) j++;
+    } else {
+      const k0 = keys[ko]!;
+      const k1 = keys[ko + 1]!;
+      const k2 = keys[ko + 2]!;
+      const k3 = keys[ko + 3]!;
+      while (j < n) {
+        const o = perm[j]! * 4;
+        if (keys[o] !== k0 || keys[o + 1] !== k1 || keys[o + 2] !== k2 || keys[o + 3] !== k3) break;
+        j++;
+      }
+    }
+    if (j === i + 1) {
+      apply(first, kind[first]!);
+    } else {
+      // Ends first, then starts: an adjacent range of the same source takes over cleanly.
       for (let t = i; t < j; t++) {
         const e = perm[t]!;
-        const kd = kind[e]!;
-        if ((kd & 1) !== pass) continue;
-        const src = kd >>> 1;
-        if (src === SRC_COUNTRY) cState = pass ? -1 : value[e]!;
-        else if (src === SRC_ASN) aState = pass ? -1 : value[e]!;
-        else {
-          const li = src - SRC_LIST;
-          if (pass) {
-            if (--counters[li] === 0) bState = (bState & ~(1 << li)) >>> 0;
-          } else if (counters[li]++ === 0) bState = (bState | (1 << li)) >>> 0;
-        }
+        if ((kind[e]! & 1) === 1) apply(e, kind[e]!);
+      }
+      for (let t = i; t < j; t++) {
+        const e = perm[t]!;
+        if ((kind[e]! & 1) === 0) apply(e, kind[e]!);
       }
     }
     i = j;
+    const cState = st[0]!;
+    const aState = st[1]!;
+    const bState = st[2]! >>> 0;
     const last = segs - 1;
     if (country[last] === cState && asnBits[last] === aState && bits[last] === bState) continue;
     let at = segs;
@@ -404,11 +429,6 @@ function buildFamily(words: 1 | 4, input: AddressTableInput, lists: readonly IpR
     asn,
     lists: bits.slice(0, segs),
   };
-}
-
-function sameKey(keys: Uint32Array, a: number, b: number, words: number): boolean {
-  for (let k = 0; k < words; k++) if (keys[a + k] !== keys[b + k]) return false;
-  return true;
 }
 
 function isZeroKey(keys: Uint32Array, a: number, words: number): boolean {
@@ -472,20 +492,49 @@ export function sortOrder(keys: Uint32Array, words: number, n: number): Uint32Ar
         half[2 * i + 1] = keys[e * words + w]!;
       }
       wide.subarray(start, end).sort();
-      // Read back the order, and find the runs of equal words for the next level.
+      // Read back the order, and find the runs of equal words: short ones are
+      // finished here by insertion sort on the remaining words, long ones go to the next level.
       let runStart = start;
-      for (let i = start; i < end; i++) {
-        perm[i] = half[2 * i]!;
-        if (i > start && half[2 * i + 1] !== half[2 * i - 1]) {
-          if (i - runStart > 1) next.push(runStart, i);
+      for (let i = start; i <= end; i++) {
+        if (i < end) perm[i] = half[2 * i]!;
+        if (i === end || (i > start && half[2 * i + 1] !== half[2 * i - 1])) {
+          const len = i - runStart;
+          if (len > 1 && w + 1 < words) {
+            if (len <= SMALL_RUN) insertionSort(perm, keys, words, w + 1, runStart, i);
+            else next.push(runStart, i);
+          }
           runStart = i;
         }
       }
-      if (end - runStart > 1) next.push(runStart, end);
     }
     runs = next;
   }
   return perm;
+}
+
+const SMALL_RUN = 16;
+
+/** Sorts perm[start, end) by key words from..words-1 (ties by element index, as the wide sort does). */
+function insertionSort(perm: Uint32Array, keys: Uint32Array, words: number, from: number, start: number, end: number): void {
+  for (let i = start + 1; i < end; i++) {
+    const e = perm[i]!;
+    let j = i - 1;
+    while (j >= start && keyAfter(keys, words, from, perm[j]!, e)) {
+      perm[j + 1] = perm[j]!;
+      j--;
+    }
+    perm[j + 1] = e;
+  }
+}
+
+/** True when element a sorts after element b (words from..words-1, then index). */
+function keyAfter(keys: Uint32Array, words: number, from: number, a: number, b: number): boolean {
+  for (let k = from; k < words; k++) {
+    const x = keys[a * words + k]!;
+    const y = keys[b * words + k]!;
+    if (x !== y) return x > y;
+  }
+  return a > b;
 }
 
 /** Comparator sort, for big-endian hosts. */

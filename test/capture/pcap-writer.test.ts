@@ -2,6 +2,7 @@
 // both resolutions and byte orders, truncation at snaplen, batching, and that
 // tshark and capinfos (when installed) read the files it writes.
 
+import { peerTool } from '../support/tools.js';
 import { execFileSync } from 'node:child_process';
 import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
@@ -22,13 +23,6 @@ import { findTshark } from '../support/tshark.js';
 
 const hex = (b: Uint8Array): string => Buffer.from(b).toString('hex');
 
-function which(tool: string): string | undefined {
-  try {
-    return execFileSync('sh', ['-c', `command -v ${tool}`], { encoding: 'utf8' }).trim() || undefined;
-  } catch {
-    return undefined;
-  }
-}
 
 const dir = mkdtempSync(join(tmpdir(), 'moat-pcap-'));
 afterAll(() => rmSync(dir, { recursive: true, force: true }));
@@ -119,7 +113,7 @@ describe('pcap writer', () => {
   });
 
   const tshark = findTshark();
-  const capinfos = which('capinfos');
+  const capinfos = peerTool('capinfos');
 
   it.skipIf(!tshark)('writes files that tshark reads back with the same frames and timestamps', () => {
     for (const resolution of ['us', 'ns'] as const) {

@@ -6,10 +6,11 @@
 // -T fields -e frame.number`, at most `parallel` processes at a time; a filter
 // tshark rejects is a bug in the caller and throws with the filter shown.
 
+import { peerTool } from './tools.js';
 import { execFile } from 'node:child_process';
-import { existsSync } from 'node:fs';
+
 import { mkdir, writeFile } from 'node:fs/promises';
-import { delimiter, join } from 'node:path';
+import { join } from 'node:path';
 import { BOOL_FIELDS, ipFromText, protoName, type FieldValues } from './diff-generator.js';
 
 /** Protocols the differential profile keeps enabled (Wireshark 4.0 has no "disable all but"). */
@@ -31,15 +32,9 @@ const PREFERENCES = [
 const ROOT_WARNING = /^Running as user "root" and group "root"\. This could be dangerous\.\s*$/;
 
 /** Finds tshark: $TSHARK, else the PATH. */
+/** Path of tshark ($TSHARK or PATH); undefined when missing, and under CI=true a missing tshark throws. */
 export function findTshark(): string | undefined {
-  const fromEnv = process.env.TSHARK;
-  if (fromEnv) return existsSync(fromEnv) ? fromEnv : undefined;
-  for (const dir of (process.env.PATH ?? '').split(delimiter)) {
-    if (!dir) continue;
-    const candidate = join(dir, 'tshark');
-    if (existsSync(candidate)) return candidate;
-  }
-  return undefined;
+  return peerTool('tshark', 'TSHARK');
 }
 
 /** tshark failed or said something unexpected; `expression` is the display filter, if any. */
