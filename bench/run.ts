@@ -1,4 +1,5 @@
-// Runs the benchmarks: `npm run bench [-- name...]` (names: expr, pcap-reader, pipeline).
+// Runs the benchmarks: `npm run bench [-- name...]` (names: expr, pcap-reader, pipeline, address-table).
+import { runAddressTableBench } from './address-table.bench.js';
 import { runExprBench } from './expr.bench.js';
 import { runPcapReaderBench } from './pcap-reader.bench.js';
 import { runPipelineBench } from './pipeline.bench.js';
@@ -7,6 +8,7 @@ const BENCHES: Record<string, () => void | Promise<void>> = {
   expr: runExprBench,
   'pcap-reader': runPcapReaderBench,
   pipeline: runPipelineBench,
+  'address-table': runAddressTableBench,
 };
 
 const wanted = process.argv.slice(2);
