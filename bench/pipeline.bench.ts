@@ -35,7 +35,7 @@ interface RuleSpec {
   ws: string | null;
 }
 
-function ruleset(rng: Rng): RuleSpec[] {
+export function ruleset(rng: Rng): RuleSpec[] {
   const rules: RuleSpec[] = [];
   const setOf = (xs: number[]) => ({ cf: xs.join(' '), ws: xs.join(', ') });
   for (let i = 0; i < 12; i++) {
@@ -79,7 +79,7 @@ function ruleset(rng: Rng): RuleSpec[] {
 }
 
 // Prefixes per performance.md's mix: 70% /32, 15% /24, 10% /25-/31, 5% /16-/23.
-function listFile(rng: Rng, size: number): { text: string; sample: number[] } {
+export function listFile(rng: Rng, size: number): { text: string; sample: number[] } {
   const lines: string[] = [];
   const sample: number[] = [];
   for (let i = 0; i < size; i++) {
@@ -93,7 +93,7 @@ function listFile(rng: Rng, size: number): { text: string; sample: number[] } {
   return { text: lines.join('\n') + '\n', sample };
 }
 
-function writeCapture(path: string, count: number, rng: Rng, listed: number[]): void {
+export function writeCapture(path: string, count: number, rng: Rng, listed: number[]): void {
   const templates: FrameSpec[] = [
     { ip: { version: 4, src: '1.1.1.1', dst: '2.2.2.2', ttl: 64 }, l4: { kind: 'tcp', srcPort: 1, dstPort: 2, flags: TCP.SYN, payload: new Uint8Array(6) } },
     { ip: { version: 4, src: '1.1.1.1', dst: '2.2.2.2', ttl: 64 }, l4: { kind: 'udp', srcPort: 1, dstPort: 2, payload: new Uint8Array(58) } },

@@ -6,7 +6,7 @@
 import type { ExecutionContext, ListProvider } from '../expr/index.js';
 import type { AddressTable } from '../net/index.js';
 import {
-  decode, FIELD_SLOTS as F, PacketInfo, ST_FRAGMENT, ST_IP, ST_MALFORMED, ST_TRUNCATED, TRANSIT_SCHEME,
+  clearDecoded, decode, FIELD_SLOTS as F, PacketInfo, ST_FRAGMENT, ST_IP, ST_MALFORMED, ST_TRUNCATED, TRANSIT_SCHEME,
 } from '../packet/index.js';
 import { VERDICT_PASS, type Evaluator } from './bundle.js';
 
@@ -72,7 +72,7 @@ export class PacketPath {
   private readonly lookupSrc: boolean;
   private readonly lookupDst: boolean;
   private readonly countryBytes: readonly Uint8Array[];
-  private readonly colo: ReadonlyArray<readonly [number, Uint8Array, string]>;
+  private enriched = false;
   private readonly dropUndecodable: boolean;
 
   constructor(
@@ -92,8 +92,27 @@ export class PacketPath {
     const colo: Array<readonly [number, Uint8Array, string]> = [];
     if (fields.has('cf.colo.name') && options.colo?.name !== undefined) colo.push([F.COLO_NAME, encoder.encode(options.colo.name), options.colo.name]);
     if (fields.has('cf.colo.region') && options.colo?.region !== undefined) colo.push([F.COLO_REGION, encoder.encode(options.colo.region), options.colo.region]);
-    this.colo = colo;
     this.dropUndecodable = options.undecodable === 'drop';
+    // The site's colo fields are constants: set once, never cleared.
+    for (const [slot, bytes, text] of colo) {
+      this.ctx.bytesBuf[slot] = bytes;
+      this.ctx.bytesStart[slot] = 0;
+      this.ctx.bytesEnd[slot] = bytes.length;
+      this.ctx.bytesText[slot] = text;
+    }
+  }
+
+  private clearEnriched(): void {
+    const ctx = this.ctx;
+    ctx.bytesBuf[F.IP_SRC_COUNTRY] = null;
+    ctx.bytesBuf[F.IP_DST_COUNTRY] = null;
+    ctx.bytesText[F.IP_SRC_COUNTRY] = null;
+    ctx.bytesText[F.IP_DST_COUNTRY] = null;
+    ctx.ints[F.IP_SRC_ASNUM] = NaN;
+    ctx.ints[F.IP_DST_ASNUM] = NaN;
+    ctx.ints[F.IP_SRC_LISTS] = NaN;
+    ctx.ints[F.IP_DST_LISTS] = NaN;
+    this.enriched = false;
   }
 
   /** Judges one frame: true when it is dropped. `origLen` is its length on the wire. */
@@ -101,7 +120,9 @@ export class PacketPath {
     const ctx = this.ctx;
     const info = this.info;
     const c = this.counters;
-    ctx.reset();
+    // Clear only what the previous packet set (the context starts all absent).
+    clearDecoded(ctx, info);
+    if (this.enriched) this.clearEnriched();
     info.reset();
     c.packets++;
     c.bytes += origLen;
@@ -121,13 +142,7 @@ export class PacketPath {
     if ((st & ST_FRAGMENT) !== 0) c.fragments++;
     if (this.lookupSrc) this.enrich(F.IP_SRC, F.IP_SRC_COUNTRY, F.IP_SRC_ASNUM, F.IP_SRC_LISTS);
     if (this.lookupDst) this.enrich(F.IP_DST, F.IP_DST_COUNTRY, F.IP_DST_ASNUM, F.IP_DST_LISTS);
-    for (let i = 0; i < this.colo.length; i++) {
-      const [slot, bytes, text] = this.colo[i]!;
-      ctx.bytesBuf[slot] = bytes;
-      ctx.bytesStart[slot] = 0;
-      ctx.bytesEnd[slot] = bytes.length;
-      ctx.bytesText[slot] = text;
-    }
+    this.enriched = this.lookupSrc || this.lookupDst;
     const r = this.evaluator.evaluate(ctx, origLen);
     if (r === VERDICT_PASS) return this.pass(origLen);
     this.lastRule = r;

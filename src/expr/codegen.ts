@@ -7,7 +7,7 @@
 // regexes and lists live in a constants array the generated code indexes.
 
 import type { Checked, IntOperand, ListProvider } from './checked.js';
-import { compileChecked, intGetter } from './compiler.js';
+import { compileChecked, intGetter, intSetBitmap } from './compiler.js';
 import type { ExecutionContext } from './context.js';
 
 /**
@@ -74,8 +74,26 @@ export function generate(node: Checked, pool: ConstantPool, lists: ListProvider 
         const slot = pre?.slotFor(node.field.name);
         if (pre !== undefined && slot !== undefined) return `((I[${int(slot)}] & ${num(pre.bit)}) !== 0)`;
       }
-      if (node.kind === 'int-in' && node.lhs.kind === 'field' && node.set.size > 0) {
-        return `${pool.ref(node.set)}.has(I[${int(node.lhs.field.slot)}])`;
+      if (node.kind === 'int-in' && node.lhs.kind === 'field') {
+        const v = `I[${int(node.lhs.field.slot)}]`;
+        const set = node.set;
+        if (set.size === 0) return 'false';
+        if (set.size <= 4) {
+          // A few ranges inline as comparisons (NaN, the absent value, fails them all).
+          const terms: string[] = [];
+          for (let i = 0; i < set.size; i++) {
+            const lo = num(set.lo[i]!);
+            const hi = num(set.hi[i]!);
+            terms.push(lo === hi ? `${v} === ${lo}` : `(${v} >= ${lo} && ${v} <= ${hi})`);
+          }
+          return `(${terms.join(' || ')})`;
+        }
+        const bits = intSetBitmap(set);
+        if (bits !== null) {
+          const b = pool.ref(bits);
+          return `(${v} >= 0 && ${v} <= 65535 && ((${b}[${v} >>> 5] >>> (${v} & 31)) & 1) === 1)`;
+        }
+        return `${pool.ref(set)}.has(${v})`;
       }
       // The remaining forms reuse the closure compiler's specialised predicates.
       return `${pool.ref(compileChecked(node, lists))}(c)`;

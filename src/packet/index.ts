@@ -2,6 +2,7 @@
 // allocation-free frame decoder that fills it.
 export { TRANSIT_SCHEME } from './fields.js';
 export { decode, SUPPORTED_LINKTYPES } from './decode.js';
+export { clearDecoded } from './clear.js';
 export { PacketInfo, ST_IP, ST_TRUNCATED, ST_MALFORMED, ST_FRAGMENT, ST_UNSUPPORTED_LINK } from './view.js';
 export { planFor, FULL_PLAN, type DecodePlan } from './plan.js';
 export { LINKTYPE, PROTO_NAMES } from './constants.js';

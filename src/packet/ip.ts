@@ -9,7 +9,9 @@ import {
 } from './constants.js';
 import { setProto } from './proto-names.js';
 import type { DecodePlan } from './plan.js';
-import * as F from './slots.js';
+import {
+  IP_DST, IP_HDR_LEN, IP_LEN, IP_OPT_TYPE, IP_SRC, IP_TTL, RAW_IP,
+} from './slots.js';
 import { decodeIcmp, decodeTcp, decodeUdp } from './transport.js';
 import { ST_FRAGMENT, ST_IP, ST_MALFORMED, ST_TRUNCATED, type PacketInfo } from './view.js';
 
@@ -37,34 +39,34 @@ export function decodeIpv4(buf: Uint8Array, off: number, end: number, ctx: Execu
     return;
   }
   const ints = ctx.ints;
-  ints[F.IP_HDR_LEN] = ihl;
+  ints[IP_HDR_LEN] = ihl;
   if (ihl < 5) info.status |= ST_MALFORMED;
   if (n >= 4) {
     const total = (buf[off + 2]! << 8) | buf[off + 3]!;
     // A zero total length is what TSO-offloaded captures show: take the captured length.
     if (total === 0) {
-      ints[F.IP_LEN] = n;
+      ints[IP_LEN] = n;
     } else {
-      ints[F.IP_LEN] = total;
+      ints[IP_LEN] = total;
       if (total < ihl * 4) info.status |= ST_MALFORMED;
       else if (off + total < end) info.l3End = off + total; // drop link-layer padding
       else if (off + total > end) info.status |= ST_TRUNCATED;
     }
   }
-  if (n >= 9) ints[F.IP_TTL] = buf[off + 8]!;
+  if (n >= 9) ints[IP_TTL] = buf[off + 8]!;
   if (n >= 10) {
     info.protocol = buf[off + 9]!;
     setProto(ctx, info.protocol);
   }
-  if (n >= 16) ctx.setIp4(F.IP_SRC, u32(buf, off + 12));
-  if (n >= 20) ctx.setIp4(F.IP_DST, u32(buf, off + 16));
+  if (n >= 16) ctx.setIp4(IP_SRC, u32(buf, off + 12));
+  if (n >= 20) ctx.setIp4(IP_DST, u32(buf, off + 16));
   else {
     info.status |= ST_TRUNCATED;
     return;
   }
   const hlen = ihl * 4;
-  if (ihl > 5 && n > 20) ints[F.IP_OPT_TYPE] = buf[off + 20]!;
-  if (plan.raw) ctx.setBytes(F.RAW_IP, buf, off, info.l3End);
+  if (ihl > 5 && n > 20) ints[IP_OPT_TYPE] = buf[off + 20]!;
+  if (plan.raw) ctx.setBytes(RAW_IP, buf, off, info.l3End);
   if (hlen > n) {
     info.status |= ST_TRUNCATED;
     return;
@@ -97,21 +99,21 @@ export function decodeIpv6(buf: Uint8Array, off: number, end: number, ctx: Execu
   if (n >= 6) {
     const plen = (buf[off + 4]! << 8) | buf[off + 5]!;
     // Payload length 0 is a jumbogram or a TSO capture: take the captured length.
-    if (plen === 0) ints[F.IP_LEN] = n;
+    if (plen === 0) ints[IP_LEN] = n;
     else {
-      ints[F.IP_LEN] = 40 + plen;
+      ints[IP_LEN] = 40 + plen;
       if (off + 40 + plen < end) info.l3End = off + 40 + plen;
       else if (off + 40 + plen > end) info.status |= ST_TRUNCATED;
     }
   }
-  if (n >= 8) ints[F.IP_TTL] = buf[off + 7]!;
-  if (n >= 24) ctx.setIp6(F.IP_SRC, u32(buf, off + 8), u32(buf, off + 12), u32(buf, off + 16), u32(buf, off + 20));
+  if (n >= 8) ints[IP_TTL] = buf[off + 7]!;
+  if (n >= 24) ctx.setIp6(IP_SRC, u32(buf, off + 8), u32(buf, off + 12), u32(buf, off + 16), u32(buf, off + 20));
   if (n < 40) {
     info.status |= ST_TRUNCATED;
     return;
   }
-  ctx.setIp6(F.IP_DST, u32(buf, off + 24), u32(buf, off + 28), u32(buf, off + 32), u32(buf, off + 36));
-  if (plan.raw) ctx.setBytes(F.RAW_IP, buf, off, info.l3End);
+  ctx.setIp6(IP_DST, u32(buf, off + 24), u32(buf, off + 28), u32(buf, off + 32), u32(buf, off + 36));
+  if (plan.raw) ctx.setBytes(RAW_IP, buf, off, info.l3End);
   const l3End = info.l3End;
   let nh = buf[off + 6]!;
   let p = off + 40;

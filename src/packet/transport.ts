@@ -5,53 +5,55 @@
 import type { ExecutionContext } from '../expr/index.js';
 import type { DecodePlan } from './plan.js';
 import { isSip } from './sip.js';
-import * as F from './slots.js';
+import {
+  ICMP_CODE, ICMP_TYPE, RAW_ICMP, RAW_TCP, RAW_UDP, SIP, TCP_DSTPORT, TCP_FLAGS, TCP_FLAG_ACK, TCP_FLAG_CWR, TCP_FLAG_ECE, TCP_FLAG_FIN, TCP_FLAG_PSH, TCP_FLAG_RST, TCP_FLAG_SYN, TCP_FLAG_URG, TCP_SRCPORT, UDP_DSTPORT, UDP_SRCPORT,
+} from './slots.js';
 import { ST_MALFORMED, ST_TRUNCATED, type PacketInfo } from './view.js';
 
 /** Decodes a TCP header at `off` (datagram ends at `end`). */
 export function decodeTcp(buf: Uint8Array, off: number, end: number, ctx: ExecutionContext, info: PacketInfo, plan: DecodePlan): void {
   const n = end - off;
-  if (plan.raw && n > 0) ctx.setBytes(F.RAW_TCP, buf, off, end);
+  if (plan.raw && n > 0) ctx.setBytes(RAW_TCP, buf, off, end);
   if (n < 20) info.status |= ST_TRUNCATED;
   if (n >= 4) {
     const ints = ctx.ints;
-    ints[F.TCP_SRCPORT] = (buf[off]! << 8) | buf[off + 1]!;
-    ints[F.TCP_DSTPORT] = (buf[off + 2]! << 8) | buf[off + 3]!;
+    ints[TCP_SRCPORT] = (buf[off]! << 8) | buf[off + 1]!;
+    ints[TCP_DSTPORT] = (buf[off + 2]! << 8) | buf[off + 3]!;
   }
   if (n >= 14) {
     // RFC 9293 §3.1: data offset below 5 words is invalid; the fixed fields are still read.
     if (buf[off + 12]! >>> 4 < 5) info.status |= ST_MALFORMED;
     const f = buf[off + 13]!;
-    ctx.ints[F.TCP_FLAGS] = f;
+    ctx.ints[TCP_FLAGS] = f;
     const b = ctx.bools;
-    b[F.TCP_FLAG_FIN] = f & 1;
-    b[F.TCP_FLAG_SYN] = (f >>> 1) & 1;
-    b[F.TCP_FLAG_RST] = (f >>> 2) & 1;
-    b[F.TCP_FLAG_PSH] = (f >>> 3) & 1;
-    b[F.TCP_FLAG_ACK] = (f >>> 4) & 1;
-    b[F.TCP_FLAG_URG] = (f >>> 5) & 1;
-    b[F.TCP_FLAG_ECE] = (f >>> 6) & 1;
-    b[F.TCP_FLAG_CWR] = f >>> 7;
+    b[TCP_FLAG_FIN] = f & 1;
+    b[TCP_FLAG_SYN] = (f >>> 1) & 1;
+    b[TCP_FLAG_RST] = (f >>> 2) & 1;
+    b[TCP_FLAG_PSH] = (f >>> 3) & 1;
+    b[TCP_FLAG_ACK] = (f >>> 4) & 1;
+    b[TCP_FLAG_URG] = (f >>> 5) & 1;
+    b[TCP_FLAG_ECE] = (f >>> 6) & 1;
+    b[TCP_FLAG_CWR] = f >>> 7;
   }
 }
 
 /** Decodes a UDP header at `off`. */
 export function decodeUdp(buf: Uint8Array, off: number, end: number, ctx: ExecutionContext, info: PacketInfo, plan: DecodePlan): void {
   const n = end - off;
-  if (plan.raw && n > 0) ctx.setBytes(F.RAW_UDP, buf, off, end);
+  if (plan.raw && n > 0) ctx.setBytes(RAW_UDP, buf, off, end);
   if (n < 8) info.status |= ST_TRUNCATED;
   if (n >= 4) {
-    ctx.ints[F.UDP_SRCPORT] = (buf[off]! << 8) | buf[off + 1]!;
-    ctx.ints[F.UDP_DSTPORT] = (buf[off + 2]! << 8) | buf[off + 3]!;
+    ctx.ints[UDP_SRCPORT] = (buf[off]! << 8) | buf[off + 1]!;
+    ctx.ints[UDP_DSTPORT] = (buf[off + 2]! << 8) | buf[off + 3]!;
   }
-  if (plan.sip && n >= 8) ctx.bools[F.SIP] = isSip(buf, off + 8, end) ? 1 : 0;
+  if (plan.sip && n >= 8) ctx.bools[SIP] = isSip(buf, off + 8, end) ? 1 : 0;
 }
 
 /** Decodes an ICMP or ICMPv6 header at `off`. */
 export function decodeIcmp(buf: Uint8Array, off: number, end: number, ctx: ExecutionContext, info: PacketInfo, plan: DecodePlan): void {
   const n = end - off;
-  if (plan.raw && n > 0) ctx.setBytes(F.RAW_ICMP, buf, off, end);
+  if (plan.raw && n > 0) ctx.setBytes(RAW_ICMP, buf, off, end);
   if (n < 4) info.status |= ST_TRUNCATED;
-  if (n >= 1) ctx.ints[F.ICMP_TYPE] = buf[off]!;
-  if (n >= 2) ctx.ints[F.ICMP_CODE] = buf[off + 1]!;
+  if (n >= 1) ctx.ints[ICMP_TYPE] = buf[off]!;
+  if (n >= 2) ctx.ints[ICMP_CODE] = buf[off + 1]!;
 }
