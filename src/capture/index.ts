@@ -1,11 +1,12 @@
 // Public face of the capture module: reading and writing packet capture files.
+// LINKTYPE (the link-layer type numbers) is the packet layer's, re-exported here.
+export { LINKTYPE } from '../packet/index.js';
 export {
   PCAP_MAGIC_MICROSECONDS,
   PCAP_MAGIC_NANOSECONDS,
   PCAP_GLOBAL_HEADER_LENGTH,
   PCAP_RECORD_HEADER_LENGTH,
   PCAP_DEFAULT_SNAPLEN,
-  LINKTYPE,
   PcapWriter,
   BufferSink,
   fdSink,

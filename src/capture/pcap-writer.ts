@@ -23,6 +23,7 @@
 
 import { closeSync, openSync, writeSync } from 'node:fs';
 import type { Writable } from 'node:stream';
+import { LINKTYPE } from '../packet/index.js';
 
 /** Magic number of a pcap file with microsecond timestamps. */
 export const PCAP_MAGIC_MICROSECONDS = 0xa1b2c3d4;
@@ -35,19 +36,6 @@ export const PCAP_RECORD_HEADER_LENGTH = 16;
 /** libpcap's largest snapshot length, used as the default. */
 export const PCAP_DEFAULT_SNAPLEN = 262_144;
 
-/** Link-layer header types (tcpdump.org/linktypes.html) that Moat writes. */
-export const LINKTYPE = Object.freeze({
-  /** No link layer: the record starts with an IPv4 or IPv6 header, by its version nibble. */
-  RAW: 101,
-  /** IEEE 802.3 Ethernet (DLT_EN10MB). */
-  ETHERNET: 1,
-  /** Linux "cooked" capture, version 1. */
-  LINUX_SLL: 113,
-  /** Raw IPv4 only. */
-  IPV4: 228,
-  /** Raw IPv6 only. */
-  IPV6: 229,
-});
 
 /** Timestamp resolution of a file: `'us'` (microseconds) or `'ns'` (nanoseconds). */
 export type PcapResolution = 'us' | 'ns';
