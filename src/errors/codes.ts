@@ -65,12 +65,20 @@ export const ERRORS = Object.freeze({
   CAPTURE_READ: def(3006, 500, 'cannot read capture file'),
   CAPTURE_UNSUPPORTED_LINK: def(3007, 400, 'unsupported link type'),
   CAPTURE_WRITE: def(3008, 500, 'cannot write capture file'),
+  CAPTURE_NO_DEVICE: def(3009, 400, 'no such network interface'),
+  CAPTURE_PERMISSION: def(3010, 403, 'capture needs CAP_NET_RAW (and CAP_NET_ADMIN)'),
+  CAPTURE_BAD_FILTER: def(3011, 400, 'invalid capture filter'),
+  CAPTURE_OPEN: def(3012, 500, 'cannot open live capture'),
 
   // 4xxx: list and GeoIP data files
   LIST_BAD_ENTRY: def(4001, 400, 'invalid list entry'),
   LIST_READ: def(4002, 500, 'cannot read list file'),
   GEOIP_READ: def(4003, 500, 'cannot read GeoIP database'),
   GEOIP_BAD_LAYOUT: def(4004, 400, 'unsupported GeoIP database layout'),
+
+  // 5xxx: configuration
+  CONFIG_READ: def(5001, 400, 'cannot read configuration file'),
+  CONFIG_INVALID: def(5002, 400, 'invalid configuration'),
 
   // 6xxx: rulesets and bundles
   RULESET_BAD_JSON: def(6001, 400, 'ruleset is not valid JSON'),
