@@ -29,3 +29,4 @@ export {
   type PcapReaderOptions,
   type TimestampResolution,
 } from './pcap-reader.js';
+export type { FrameSource, SourceStats } from './source.js';

@@ -20,6 +20,8 @@ export interface PacketPathOptions {
   /** The `cf.colo.name` and `cf.colo.region` of this site. */
   colo?: { name?: string | undefined; region?: string | undefined } | undefined;
   undecodable?: UndecodablePolicy | undefined;
+  /** Counters to add to (kept across bundle swaps by the daemon); new ones by default. */
+  counters?: PathCounters | undefined;
 }
 
 /** Totals of a packet path. Bytes are wire lengths. */
@@ -65,7 +67,7 @@ const encoder = new TextEncoder();
 export class PacketPath {
   readonly ctx: ExecutionContext = TRANSIT_SCHEME.newContext();
   readonly info = new PacketInfo();
-  readonly counters = new PathCounters();
+  readonly counters: PathCounters;
   /** Index in evaluator.rules of the rule that blocked the last packet, or -1. */
   lastRule = VERDICT_PASS;
   private readonly table: AddressTable | undefined;
@@ -79,6 +81,7 @@ export class PacketPath {
     readonly evaluator: Evaluator,
     options: PacketPathOptions = {},
   ) {
+    this.counters = options.counters ?? new PathCounters();
     const fields = new Set(evaluator.fields);
     const lists = evaluator.lists.length > 0;
     this.lookupSrc = lists || ['ip.src.country', 'ip.geoip.country', 'ip.src.asnum'].some((f) => fields.has(f));

@@ -1,0 +1,144 @@
+// The daemon's configuration: a typed schema with defaults (units in the
+// comments), unknown keys rejected, every error naming its key, and the result
+// deep-frozen. Files are JSON with comments (see config/daemon.example.jsonc).
+
+import { readFileSync } from 'node:fs';
+import { dirname, isAbsolute, resolve } from 'node:path';
+import { z } from 'zod';
+import { MoatError } from '../errors/index.js';
+import { position, stripJsonComments } from './jsonc.js';
+
+const listName = z.string().regex(/^\$?[a-z0-9_]+(\.[a-z0-9_]+)*$/, 'a list name: lowercase letters, digits, "_" and inner "."');
+const hostPort = z.string().regex(/^(\[[0-9a-fA-F:.]+\]|[A-Za-z0-9.-]+):\d{1,5}$/, 'HOST:PORT, e.g. 127.0.0.1:9490');
+
+const schema = z.strictObject({
+  /** monitor: capture and judge, forward nothing; inline: bridge two interfaces and drop what is blocked. */
+  mode: z.enum(['monitor', 'inline']),
+  /** monitor: one or more interfaces; inline: exactly two (the bridge's ports). */
+  interfaces: z.array(z.string().min(1).max(15)).min(1),
+  rules: z.strictObject({
+    /** The account-level network_transit entrypoint (ruleset JSON as the API returns it). */
+    account: z.string().min(1),
+    /** The zone-level entrypoint, run after the account's. */
+    zone: z.string().min(1).optional(),
+  }),
+  /** List contents by name: { "svc.malware": "/etc/moat/lists/malware.txt" }. */
+  lists: z.record(listName, z.string().min(1)).default({}),
+  geoip: z
+    .strictObject({
+      country: z.string().min(1).optional(),
+      asn: z.string().min(1).optional(),
+    })
+    .default({}),
+  colo: z.strictObject({ name: z.string().optional(), region: z.string().optional() }).default({}),
+  capture: z
+    .strictObject({
+      /** Kernel ring per interface, bytes. Default 128 MiB: cap's slots are 64 KiB each (snaplen 65535). */
+      ringBytes: z.number().int().min(1 << 20).max(1 << 30).default(128 << 20),
+      /** BPF filter applied in the kernel; empty: every frame. */
+      filter: z.string().default(''),
+    })
+    .default({ ringBytes: 128 << 20, filter: '' }),
+  metrics: z
+    .strictObject({
+      /** Address of the Prometheus and health endpoints; loopback by default. */
+      listen: hostPort.default('127.0.0.1:9490'),
+      enabled: z.boolean().default(true),
+    })
+    .default({ listen: '127.0.0.1:9490', enabled: true }),
+  log: z
+    .strictObject({
+      level: z.enum(['fatal', 'error', 'warn', 'info', 'debug', 'trace']).default('info'),
+      /** Log a line per dropped packet (rate-limited to 100 per second). */
+      drops: z.boolean().default(false),
+    })
+    .default({ level: 'info', drops: false }),
+  /** What to do with a packet whose evaluation throws: the packet is counted either way. */
+  onError: z.enum(['pass', 'drop']).default('pass'),
+  /** What to do with a frame whose IP header cannot be read. */
+  undecodable: z.enum(['pass', 'drop']).default('pass'),
+  /** Optional: write dropped packets to a size-capped, rotating pcap file. */
+  dropCapture: z
+    .strictObject({
+      path: z.string().min(1),
+      /** Bytes per file before rotating. Default 64 MiB. */
+      maxBytes: z.number().int().min(4096).default(64 << 20),
+      /** Files kept: path, path.1, ... path.(files-1). */
+      files: z.number().int().min(1).max(100).default(4),
+    })
+    .optional(),
+  /** Reload when the ruleset, list or GeoIP files change (SIGHUP always reloads). */
+  watch: z.boolean().default(true),
+});
+
+/** A validated, frozen daemon configuration. Paths are absolute. */
+export type DaemonConfig = Readonly<z.infer<typeof schema>>;
+
+function deepFreeze<T>(v: T): T {
+  if (typeof v === 'object' && v !== null) {
+    for (const k of Object.keys(v)) deepFreeze((v as Record<string, unknown>)[k]);
+    Object.freeze(v);
+  }
+  return v;
+}
+
+/** Validates a parsed configuration object; `file` names it in errors and anchors relative paths. */
+export function validateDaemonConfig(raw: unknown, file = '<config>'): DaemonConfig {
+  const r = schema.safeParse(raw);
+  if (!r.success) {
+    const lines = r.error.issues.map((i) => {
+      const key = i.path.length === 0 ? '(top level)' : i.path.join('.');
+      const msg = i.code === 'unrecognized_keys' ? `unknown key${i.keys.length > 1 ? 's' : ''} ${i.keys.map((k) => `"${k}"`).join(', ')}` : i.message;
+      return `${key}: ${msg}`;
+    });
+    const first = r.error.issues[0]!;
+    throw new MoatError('CONFIG_INVALID', `${file}: ${lines.join('; ')}`, {
+      file,
+      pointer: '/' + first.path.map(String).join('/'),
+    });
+  }
+  const c = r.data;
+  if (c.mode === 'inline' && c.interfaces.length !== 2) {
+    throw new MoatError('CONFIG_INVALID', `${file}: interfaces: inline mode bridges exactly two interfaces, not ${c.interfaces.length}`, {
+      file,
+      pointer: '/interfaces',
+    });
+  }
+  if (new Set(c.interfaces).size !== c.interfaces.length) {
+    throw new MoatError('CONFIG_INVALID', `${file}: interfaces: an interface is listed twice`, { file, pointer: '/interfaces' });
+  }
+  // Relative paths are relative to the config file's folder.
+  const base = file.startsWith('<') ? process.cwd() : dirname(resolve(file));
+  const abs = (p: string) => (isAbsolute(p) ? p : resolve(base, p));
+  c.rules.account = abs(c.rules.account);
+  if (c.rules.zone !== undefined) c.rules.zone = abs(c.rules.zone);
+  for (const k of Object.keys(c.lists)) c.lists[k] = abs(c.lists[k]!);
+  if (c.geoip.country !== undefined) c.geoip.country = abs(c.geoip.country);
+  if (c.geoip.asn !== undefined) c.geoip.asn = abs(c.geoip.asn);
+  if (c.dropCapture !== undefined) c.dropCapture.path = abs(c.dropCapture.path);
+  return deepFreeze(c);
+}
+
+/** Reads, parses (JSON with comments) and validates a daemon configuration file. */
+export function loadDaemonConfig(file: string): DaemonConfig {
+  let text: string;
+  try {
+    text = readFileSync(file, 'utf8');
+  } catch (err) {
+    const code = (err as NodeJS.ErrnoException).code;
+    throw new MoatError('CONFIG_READ', `${file}: cannot read: ${code === 'ENOENT' ? 'no such file' : (code ?? String(err))}`, { file, cause: err });
+  }
+  const stripped = stripJsonComments(text);
+  let raw: unknown;
+  try {
+    raw = JSON.parse(stripped);
+  } catch (err) {
+    const m = /position (\d+)/.exec((err as Error).message);
+    const at = m === null ? '' : (() => {
+      const p = position(text, Number(m[1]));
+      return `:${p.line}:${p.column}`;
+    })();
+    throw new MoatError('CONFIG_INVALID', `${file}${at}: ${(err as Error).message}`, { file, cause: err });
+  }
+  return validateDaemonConfig(raw, file);
+}

@@ -1,0 +1,292 @@
+// The daemon: capture on the configured interfaces, judge every frame with the
+// packet path, forward what passes (inline mode), and swap in a new ruleset
+// bundle between two packets when its files change or on SIGHUP. A bundle that
+// fails to compile is rejected and logged; the running one stays.
+
+import { createHash } from 'node:crypto';
+import { readFileSync, watch, type FSWatcher } from 'node:fs';
+import { createServer, type Server } from 'node:http';
+import { basename, dirname } from 'node:path';
+import type { Logger } from 'pino';
+import type { FrameSource } from '../capture/index.js';
+import type { DaemonConfig } from '../config/index.js';
+import { BundleError, loadBundle, PacketPath, PathCounters, type Evaluator, type LoadedBundle } from '../engine/index.js';
+import { MoatError } from '../errors/index.js';
+import { DropRecorder } from './drop-recorder.js';
+import { daemonMetrics } from './metrics.js';
+
+/** Opens a live source on an interface. */
+export type SourceOpener = (iface: string, options: { ringBytes: number; filter: string }) => FrameSource;
+
+/** One capture interface and what the daemon keeps about it. */
+export interface Port {
+  readonly name: string;
+  readonly source: FrameSource;
+  /** Totals across bundle swaps. */
+  readonly counters: PathCounters;
+  /** The packet path of the running bundle; replaced whole on a swap. */
+  path: PacketPath;
+  /** The port frames that pass are sent out of (inline mode). */
+  peer: Port | null;
+}
+
+/** What the daemon is doing. */
+export type DaemonState = 'starting' | 'running' | 'stopping' | 'stopped';
+
+export class Daemon {
+  state: DaemonState = 'starting';
+  ports: Port[] = [];
+  evaluator: Evaluator | undefined;
+  version = '';
+  swaps = 0;
+  reloadFailures = 0;
+  packetErrors = 0;
+  readonly startedAt = Date.now();
+  private server: Server | undefined;
+  private watchers: FSWatcher[] = [];
+  private reloadTimer: NodeJS.Timeout | undefined;
+  private recorder: DropRecorder | undefined;
+  private dropLogWindow = 0;
+  private dropLogCount = 0;
+  private readonly signalHandlers: Array<[NodeJS.Signals, () => void]> = [];
+
+  constructor(
+    readonly config: DaemonConfig,
+    private readonly log: Logger,
+    private readonly openSource: SourceOpener,
+  ) {}
+
+  /** Loads the bundle, opens the captures, starts metrics and watchers. Throws on a bad start. */
+  async start(): Promise<void> {
+    const c = this.config;
+    const bundle = this.load(); // throws: a daemon does not start without a valid bundle
+    const sources = c.interfaces.map((name) => this.openSource(name, { ringBytes: c.capture.ringBytes, filter: c.capture.filter }));
+    this.ports = sources.map((source) => {
+      const counters = new PathCounters();
+      return { name: source.name, source, counters, path: this.pathFor(bundle, counters), peer: null };
+    });
+    if (c.mode === 'inline') {
+      this.ports[0]!.peer = this.ports[1]!;
+      this.ports[1]!.peer = this.ports[0]!;
+    }
+    if (c.dropCapture !== undefined) {
+      this.recorder = new DropRecorder({ ...c.dropCapture, linkType: this.ports[0]!.source.linkType });
+    }
+    this.swapIn(bundle, 'start');
+    for (const port of this.ports) port.source.onPacket(this.handler(port));
+    if (c.metrics.enabled) await this.listen();
+    if (c.watch) this.watchFiles();
+    this.onSignal('SIGHUP', () => this.reload('SIGHUP'));
+    this.state = 'running';
+    this.log.info({ mode: c.mode, interfaces: c.interfaces, version: this.version, metrics: c.metrics.enabled ? c.metrics.listen : null }, 'daemon running');
+  }
+
+  /** Installs SIGTERM/SIGINT handlers that stop the daemon and end the process. */
+  handleTermination(exit: (code: number) => void = (code) => process.exit(code)): void {
+    const stop = (sig: string) => {
+      this.log.info({ signal: sig }, 'stopping');
+      void this.stop().then(() => exit(0));
+    };
+    this.onSignal('SIGTERM', () => stop('SIGTERM'));
+    this.onSignal('SIGINT', () => stop('SIGINT'));
+  }
+
+  private onSignal(sig: NodeJS.Signals, fn: () => void): void {
+    process.on(sig, fn);
+    this.signalHandlers.push([sig, fn]);
+  }
+
+  // The per-frame handler of a port: judge, record, forward. It never throws:
+  // an exception on one packet is counted and handled per `onError`.
+  private handler(port: Port): (frame: Buffer, length: number) => void {
+    const onErrorDrop = this.config.onError === 'drop';
+    const linkType = port.source.linkType;
+    return (frame, length) => {
+      let drop: boolean;
+      try {
+        drop = port.path.process(frame, 0, length, length, linkType);
+      } catch (err) {
+        this.packetErrors++;
+        if (this.packetErrors <= 10 || this.packetErrors % 10000 === 0) {
+          this.log.error({ err, interface: port.name, count: this.packetErrors }, 'packet evaluation failed');
+        }
+        drop = onErrorDrop;
+      }
+      if (drop) {
+        if (this.recorder !== undefined) this.recordDrop(frame, length);
+        if (this.config.log.drops) this.logDrop(port);
+      } else if (port.peer !== null) {
+        port.peer.source.send(frame, length);
+      }
+    };
+  }
+
+  private recordDrop(frame: Buffer, length: number): void {
+    try {
+      this.recorder!.write(frame, length, BigInt(Date.now()) * 1_000_000n);
+    } catch (err) {
+      this.log.error({ err }, 'cannot write the drop capture; recording stopped');
+      this.recorder = undefined;
+    }
+  }
+
+  private logDrop(port: Port): void {
+    const now = Math.floor(Date.now() / 1000);
+    if (now !== this.dropLogWindow) {
+      this.dropLogWindow = now;
+      this.dropLogCount = 0;
+    }
+    if (++this.dropLogCount > 100) return;
+    const p = port.path;
+    const rule = p.lastRule >= 0 ? p.evaluator.rules[p.lastRule] : undefined;
+    this.log.info({ interface: port.name, rule: rule?.rule.id ?? (rule ? `${rule.level}#${rule.index}` : null), ruleset: rule?.level ?? null }, 'dropped');
+  }
+
+  private pathFor(bundle: LoadedBundle, counters: PathCounters): PacketPath {
+    const c = this.config;
+    return new PacketPath(bundle.evaluator, { table: bundle.table, colo: c.colo, undecodable: c.undecodable, counters });
+  }
+
+  private files(): string[] {
+    const c = this.config;
+    return [c.rules.account, ...(c.rules.zone ? [c.rules.zone] : []), ...Object.values(c.lists), ...(c.geoip.country ? [c.geoip.country] : []), ...(c.geoip.asn ? [c.geoip.asn] : [])];
+  }
+
+  private load(): LoadedBundle {
+    const c = this.config;
+    return loadBundle({
+      rules: [c.rules.account, ...(c.rules.zone ? [c.rules.zone] : [])],
+      lists: Object.entries(c.lists).map(([name, file]) => ({ name, file })),
+      geoip: c.geoip.country,
+      asn: c.geoip.asn,
+    });
+  }
+
+  // The version: the rulesets' own version fields and a hash of every input file.
+  private versionOf(bundle: LoadedBundle): string {
+    const h = createHash('sha256');
+    for (const f of this.files()) {
+      try {
+        h.update(readFileSync(f));
+      } catch {
+        h.update('missing:' + f);
+      }
+    }
+    const versions = bundle.rulesets.map((r) => r.version ?? '-').join('/');
+    return `${versions}@${h.digest('hex').slice(0, 12)}`;
+  }
+
+  // Swapping is assigning each port's path: the event loop runs packet
+  // callbacks one at a time, so a packet sees the old path or the new, never a mix.
+  private swapIn(bundle: LoadedBundle, reason: string): void {
+    for (const port of this.ports) port.path = this.pathFor(bundle, port.counters);
+    this.evaluator = bundle.evaluator;
+    this.version = this.versionOf(bundle);
+    if (reason !== 'start') {
+      this.swaps++;
+      this.log.info({ version: this.version, reason, rules: bundle.evaluator.rules.length }, 'ruleset swapped');
+    }
+  }
+
+  /** Compiles the bundle files again and swaps them in; on failure keeps the running bundle. */
+  reload(reason: string): boolean {
+    if (this.state !== 'running') return false;
+    let bundle: LoadedBundle;
+    try {
+      bundle = this.load();
+    } catch (err) {
+      this.reloadFailures++;
+      const errors = err instanceof BundleError ? err.errors.map((e) => ({ code: e.code, message: e.message, pointer: e.pointer })) : undefined;
+      this.log.error({ reason, errors, err: err instanceof BundleError ? undefined : err instanceof MoatError ? { code: err.code, message: err.message } : err, version: this.version }, 'reload rejected; the running ruleset stays');
+      return false;
+    }
+    this.swapIn(bundle, reason);
+    return true;
+  }
+
+  private watchFiles(): void {
+    const byDir = new Map<string, Set<string>>();
+    for (const f of this.files()) {
+      const d = dirname(f);
+      if (!byDir.has(d)) byDir.set(d, new Set());
+      byDir.get(d)!.add(basename(f));
+    }
+    // Watch the folders, not the files: editors and deploy tools replace files by renaming.
+    for (const [d, names] of byDir) {
+      try {
+        const w = watch(d, (_event, name) => {
+          if (name !== null && names.has(name.toString())) this.scheduleReload();
+        });
+        this.watchers.push(w);
+      } catch (err) {
+        this.log.warn({ err, dir: d }, 'cannot watch folder; reload with SIGHUP');
+      }
+    }
+  }
+
+  private scheduleReload(): void {
+    // Debounce: a deploy usually touches several files within a moment.
+    if (this.reloadTimer !== undefined) clearTimeout(this.reloadTimer);
+    this.reloadTimer = setTimeout(() => {
+      this.reloadTimer = undefined;
+      this.reload('file changed');
+    }, 250);
+  }
+
+  private listen(): Promise<void> {
+    const registry = daemonMetrics(this);
+    this.server = createServer((req, res) => {
+      const url = req.url ?? '/';
+      if (req.method === 'GET' && url === '/metrics') {
+        registry.metrics().then(
+          (text) => {
+            res.writeHead(200, { 'Content-Type': registry.contentType });
+            res.end(text);
+          },
+          (err) => {
+            res.writeHead(500, { 'Content-Type': 'text/plain' });
+            res.end(String(err));
+          },
+        );
+        return;
+      }
+      if (req.method === 'GET' && (url === '/health' || url === '/healthz')) {
+        const ok = this.state === 'running';
+        res.writeHead(ok ? 200 : 503, { 'Content-Type': 'application/json' });
+        res.end(JSON.stringify({ status: ok ? 'ok' : this.state, mode: this.config.mode, version: this.version, uptimeSeconds: Math.round((Date.now() - this.startedAt) / 1000), interfaces: this.ports.map((p) => p.name) }));
+        return;
+      }
+      res.writeHead(404, { 'Content-Type': 'text/plain' });
+      res.end('not found: /metrics and /health are served here\n');
+    });
+    const at = this.config.metrics.listen;
+    const colon = at.lastIndexOf(':');
+    const host = at.slice(0, colon).replace(/^\[|\]$/g, '');
+    const port = Number(at.slice(colon + 1));
+    return new Promise((resolve, reject) => {
+      this.server!.once('error', (err) => reject(new MoatError('CONFIG_INVALID', `metrics.listen ${at}: ${(err as Error).message}`, { cause: err })));
+      this.server!.listen(port, host, () => resolve());
+    });
+  }
+
+  /** The address the metrics server listens on (after start). */
+  get metricsAddress(): { host: string; port: number } | undefined {
+    const a = this.server?.address();
+    return a !== null && typeof a === 'object' ? { host: a.address, port: a.port } : undefined;
+  }
+
+  /** Stops capture, flushes the drop capture, closes the metrics server and watchers. */
+  async stop(): Promise<void> {
+    if (this.state === 'stopped' || this.state === 'stopping') return;
+    this.state = 'stopping';
+    for (const p of this.ports) p.source.stop();
+    for (const w of this.watchers) w.close();
+    if (this.reloadTimer !== undefined) clearTimeout(this.reloadTimer);
+    this.recorder?.close();
+    for (const [sig, fn] of this.signalHandlers) process.off(sig, fn);
+    if (this.server !== undefined) await new Promise<void>((r) => this.server!.close(() => r()));
+    const totals = this.ports.map((p) => ({ interface: p.name, packets: p.counters.packets, passed: p.counters.passed, dropped: p.counters.dropped, undecodable: p.counters.undecodable }));
+    this.log.info({ totals, swaps: this.swaps, packetErrors: this.packetErrors }, 'daemon stopped');
+    this.state = 'stopped';
+  }
+}

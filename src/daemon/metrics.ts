@@ -1,0 +1,85 @@
+// Prometheus metrics of the daemon. Nothing is counted per packet here: the
+// packet path keeps plain counters, and these collectors read them at scrape
+// time (so metrics cost nothing on the hot path).
+
+import { Counter, Gauge, Registry } from 'prom-client';
+import type { Daemon } from './daemon.js';
+
+/** Builds the registry for a daemon. */
+export function daemonMetrics(d: Daemon): Registry {
+  const registry = new Registry();
+  const counter = (name: string, help: string, labelNames: string[], fill: (set: (labels: Record<string, string>, v: number) => void) => void) =>
+    new Counter({
+      name,
+      help,
+      labelNames,
+      registers: [registry],
+      collect() {
+        this.reset();
+        fill((labels, v) => this.inc(labels, v));
+      },
+    });
+  counter('moat_packets_total', 'Frames judged, by interface and verdict.', ['interface', 'verdict'], (set) => {
+    for (const p of d.ports) {
+      const c = p.counters;
+      set({ interface: p.name, verdict: 'pass' }, c.passed);
+      set({ interface: p.name, verdict: 'drop' }, c.dropped);
+    }
+  });
+  counter('moat_bytes_total', 'Bytes judged, by interface and verdict.', ['interface', 'verdict'], (set) => {
+    for (const p of d.ports) {
+      set({ interface: p.name, verdict: 'pass' }, p.counters.passedBytes);
+      set({ interface: p.name, verdict: 'drop' }, p.counters.droppedBytes);
+    }
+  });
+  counter('moat_undecodable_packets_total', 'Frames whose IP header could not be read.', ['interface'], (set) => {
+    for (const p of d.ports) set({ interface: p.name }, p.counters.undecodable);
+  });
+  counter('moat_not_ip_packets_total', 'Frames that are not IP (passed unjudged).', ['interface'], (set) => {
+    for (const p of d.ports) set({ interface: p.name }, p.counters.notIp);
+  });
+  counter('moat_damaged_packets_total', 'IP packets judged although truncated or malformed.', ['interface'], (set) => {
+    for (const p of d.ports) set({ interface: p.name }, p.counters.damaged);
+  });
+  counter('moat_packet_errors_total', 'Packets whose evaluation threw (handled per onError).', [], (set) => set({}, d.packetErrors));
+  counter('moat_rule_hits_total', 'Packets matched per rule of the running ruleset version.', ['ruleset', 'rule', 'action'], (set) => {
+    const ev = d.evaluator;
+    if (ev === undefined) return;
+    ev.rules.forEach((r, i) => set({ ruleset: r.level, rule: r.rule.id ?? `${r.level}#${r.index}`, action: r.rule.action }, ev.hitPackets[i]!));
+  });
+  counter('moat_rule_bytes_total', 'Bytes matched per rule of the running ruleset version.', ['ruleset', 'rule', 'action'], (set) => {
+    const ev = d.evaluator;
+    if (ev === undefined) return;
+    ev.rules.forEach((r, i) => set({ ruleset: r.level, rule: r.rule.id ?? `${r.level}#${r.index}`, action: r.rule.action }, ev.hitBytes[i]!));
+  });
+  counter('moat_capture_packets_total', 'Frames delivered by the capture.', ['interface'], (set) => {
+    for (const p of d.ports) set({ interface: p.name }, p.source.stats.packets);
+  });
+  counter('moat_capture_sent_total', 'Frames forwarded (inline mode).', ['interface'], (set) => {
+    for (const p of d.ports) set({ interface: p.name }, p.source.stats.sent);
+  });
+  counter('moat_capture_send_errors_total', 'Frames the kernel refused to send (e.g. larger than the MTU).', ['interface'], (set) => {
+    for (const p of d.ports) set({ interface: p.name }, p.source.stats.sendErrors);
+  });
+  counter('moat_ruleset_swaps_total', 'Ruleset bundles swapped in since start.', [], (set) => set({}, d.swaps));
+  counter('moat_ruleset_reload_failures_total', 'Reloads rejected (the running bundle stayed).', [], (set) => set({}, d.reloadFailures));
+  new Gauge({
+    name: 'moat_ruleset_info',
+    help: 'The running ruleset bundle (value 1), labelled with its version.',
+    labelNames: ['version'],
+    registers: [registry],
+    collect() {
+      this.reset();
+      if (d.version !== '') this.set({ version: d.version }, 1);
+    },
+  });
+  new Gauge({
+    name: 'moat_up',
+    help: '1 while the daemon is running.',
+    registers: [registry],
+    collect() {
+      this.set(d.state === 'running' ? 1 : 0);
+    },
+  });
+  return registry;
+}

@@ -1,0 +1,88 @@
+// The daemon's configuration is validated at start: unknown keys and bad values
+// are errors naming the key; the examples in config/ are valid.
+import { mkdtempSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { describe, expect, it } from 'vitest';
+import { loadDaemonConfig, stripJsonComments, validateDaemonConfig } from '../../src/config/index.js';
+import { compileBundle, parseRuleset } from '../../src/engine/index.js';
+import { MoatError } from '../../src/errors/index.js';
+import { ROOT } from '../support/cli.js';
+import { readFileSync } from 'node:fs';
+
+const dir = mkdtempSync(join(tmpdir(), 'moat-config-'));
+function write(text: string): string {
+  const f = join(dir, `c${Math.random().toString(36).slice(2)}.jsonc`);
+  writeFileSync(f, text);
+  return f;
+}
+function error(f: () => unknown): MoatError {
+  try {
+    f();
+  } catch (err) {
+    expect(err).toBeInstanceOf(MoatError);
+    return err as MoatError;
+  }
+  throw new Error('expected an error');
+}
+const minimal = { mode: 'monitor', interfaces: ['eth0'], rules: { account: 'a.json' } };
+
+describe('the daemon configuration', () => {
+  it('accepts the annotated example in config/ and fills the documented defaults', () => {
+    const c = loadDaemonConfig(join(ROOT, 'config/daemon.example.jsonc'));
+    expect(c.mode).toBe('inline');
+    expect(c.capture.ringBytes).toBe(128 * 1024 * 1024);
+    expect(c.metrics.listen).toBe('127.0.0.1:9490');
+    expect(c.rules.account).toBe(join(ROOT, 'config/rules/account-entrypoint.json'));
+    expect(Object.isFrozen(c.capture)).toBe(true);
+  });
+
+  it('ships an example ruleset that compiles', () => {
+    const rs = parseRuleset(readFileSync(join(ROOT, 'config/rules/account-entrypoint.json'), 'utf8'));
+    expect(compileBundle({ account: rs }).rules.length).toBe(4);
+  });
+
+  it('names an unknown key, nested or not', () => {
+    expect(error(() => validateDaemonConfig({ ...minimal, capure: {} }, 'd.jsonc')).message).toBe('d.jsonc: (top level): unknown key "capure"');
+    const e = error(() => validateDaemonConfig({ ...minimal, capture: { ringbytes: 1 } }, 'd.jsonc'));
+    expect(e.message).toBe('d.jsonc: capture: unknown key "ringbytes"');
+    expect(e.code).toBe(5002);
+  });
+
+  it('names the key of a bad value', () => {
+    const e = error(() => validateDaemonConfig({ ...minimal, capture: { ringBytes: 'big' } }, 'd.jsonc'));
+    expect(e.message).toMatch(/^d\.jsonc: capture\.ringBytes: /);
+    expect(e.pointer).toBe('/capture/ringBytes');
+    expect(error(() => validateDaemonConfig({ ...minimal, mode: 'bridge' }, 'd.jsonc')).message).toMatch(/^d\.jsonc: mode: /);
+    expect(error(() => validateDaemonConfig({ ...minimal, metrics: { listen: 'localhost' } }, 'd.jsonc')).message).toMatch(/metrics\.listen: HOST:PORT/);
+    expect(error(() => validateDaemonConfig({ mode: 'monitor', interfaces: ['eth0'] }, 'd.jsonc')).message).toMatch(/^d\.jsonc: rules: /);
+  });
+
+  it('requires exactly two distinct interfaces inline', () => {
+    expect(error(() => validateDaemonConfig({ ...minimal, mode: 'inline' }, 'd.jsonc')).message).toBe('d.jsonc: interfaces: inline mode bridges exactly two interfaces, not 1');
+    expect(error(() => validateDaemonConfig({ ...minimal, interfaces: ['a', 'a'] }, 'd.jsonc')).message).toMatch(/listed twice/);
+  });
+
+  it('reports a syntax error with the file, line and column', () => {
+    const f = write('{\n  "mode": "monitor",\n  "interfaces": ["eth0"]\n  "rules": {}\n}\n');
+    const e = error(() => loadDaemonConfig(f));
+    expect(e.message).toMatch(new RegExp(`^${f}:4:3: `));
+  });
+
+  it('names a missing file', () => {
+    expect(error(() => loadDaemonConfig('/nonexistent/moat.jsonc')).message).toBe('/nonexistent/moat.jsonc: cannot read: no such file');
+  });
+
+  it('resolves relative paths against the config file folder', () => {
+    const f = write(JSON.stringify({ ...minimal, lists: { 'svc.malware': 'l/m.txt' }, geoip: { country: '/abs/c.mmdb' } }));
+    const c = loadDaemonConfig(f);
+    expect(c.rules.account).toBe(join(dir, 'a.json'));
+    expect(c.lists['svc.malware']).toBe(join(dir, 'l/m.txt'));
+    expect(c.geoip.country).toBe('/abs/c.mmdb');
+  });
+
+  it('strips comments and trailing commas but not comment-like text inside strings', () => {
+    const text = '{ "a": "// not a comment", /* c */ "b": [1, 2,], // x\n }';
+    expect(JSON.parse(stripJsonComments(text))).toEqual({ a: '// not a comment', b: [1, 2] });
+  });
+});
