@@ -30,3 +30,11 @@ export {
   type TimestampResolution,
 } from './pcap-reader.js';
 export type { FrameSource, SourceStats } from './source.js';
+export {
+  LiveCapture,
+  LIVE_CAPTURE_DEFAULT_RING_BYTES,
+  capLinkTypeNumber,
+  type LiveCaptureOptions,
+  type LiveCaptureStats,
+  type LivePacketHandler,
+} from './pcap-live.js';

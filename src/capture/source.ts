@@ -2,16 +2,17 @@
 
 /** Counters of a live source. */
 export interface SourceStats {
-  packets: number;
-  bytes: number;
-  sent: number;
-  sendErrors: number;
-  lastSendError: string | null;
+  readonly packets: number;
+  readonly bytes: number;
+  readonly sent: number;
+  readonly sendErrors: number;
+  readonly lastSendError: string | undefined;
 }
 
 /** Frames in (one callback per frame, synchronous), frames out. */
 export interface FrameSource {
-  readonly name: string;
+  /** Interface name. */
+  readonly iface: string;
   /** LINKTYPE number of the frames. */
   readonly linkType: number;
   /** `frame` is valid only during the call: decide synchronously, copy what must outlive it. */

@@ -4,6 +4,7 @@
 import { Command, CommanderError } from 'commander';
 import { registerCheck } from './commands/check.js';
 import { registerReplay } from './commands/replay.js';
+import { registerDaemon } from './commands/daemon.js';
 import { MoatError } from '../errors/index.js';
 import { CliError, type Output } from './output.js';
 
@@ -20,6 +21,7 @@ export async function runCli(argv: readonly string[], out: Output): Promise<numb
     });
   registerCheck(program, out);
   registerReplay(program, out);
+  registerDaemon(program, out);
   try {
     await program.parseAsync([...argv], { from: 'user' });
     return out.exitCode;

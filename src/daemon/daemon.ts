@@ -63,7 +63,7 @@ export class Daemon {
     const sources = c.interfaces.map((name) => this.openSource(name, { ringBytes: c.capture.ringBytes, filter: c.capture.filter }));
     this.ports = sources.map((source) => {
       const counters = new PathCounters();
-      return { name: source.name, source, counters, path: this.pathFor(bundle, counters), peer: null };
+      return { name: source.iface, source, counters, path: this.pathFor(bundle, counters), peer: null };
     });
     if (c.mode === 'inline') {
       this.ports[0]!.peer = this.ports[1]!;
