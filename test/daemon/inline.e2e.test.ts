@@ -7,6 +7,7 @@ import { mkdtempSync, renameSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { PcapReader } from '../../src/capture/index.js';
 import { BIN, ensureBuilt, ROOT } from '../support/cli.js';
 import { addAddress, exec, gatewayTopology, nodeIn, requireRoot, spawnIn, type GatewayTopology, type NsProcess } from '../support/netns.js';
 
@@ -97,8 +98,11 @@ describe.runIf(RUN)('moat daemon inline between two namespaces', () => {
     await topo?.destroy();
   }, 60_000);
 
-  it('passes ping both ways over IPv4 and IPv6', async () => {
-    expect((await exec(topo.a.ns, 'ping', ['-c', '2', '-W', '2', topo.b.ipv4], { check: false })).code).toBe(0);
+  it('passes ping both ways over IPv4 and IPv6, with no frame looped or duplicated', async () => {
+    const r = await exec(topo.a.ns, 'ping', ['-c', '5', '-i', '0.2', '-W', '2', topo.b.ipv4], { check: false });
+    expect(r.code).toBe(0);
+    expect(r.stdout).toContain('5 packets transmitted, 5 received');
+    expect(r.stdout).not.toContain('DUP!');
     expect((await exec(topo.b.ns, 'ping', ['-c', '2', '-W', '2', topo.a.ipv4], { check: false })).code).toBe(0);
     expect((await exec(topo.a.ns, 'ping', ['-6', '-c', '2', '-W', '2', topo.b.ipv6], { check: false })).code).toBe(0);
   }, 30_000);
@@ -160,6 +164,14 @@ describe.runIf(RUN)('moat daemon inline between two namespaces', () => {
     expect(metric(m, 'moat_ruleset_swaps_total', '')).toBe(1);
   }, 60_000);
 
+  it('reloads on SIGHUP', async () => {
+    const from = daemon.lines.length;
+    daemon.kill('SIGHUP');
+    const line = await daemon.waitForLine(/"msg":"ruleset swapped"/, 10_000, from);
+    expect(JSON.parse(line).reason).toBe('SIGHUP');
+    expect(metric(await metrics(), 'moat_ruleset_swaps_total', '')).toBe(2);
+  }, 30_000);
+
   it('rejects a ruleset that does not compile and keeps the running one', async () => {
     const from = daemon.lines.length;
     deployRules([{ id: 'bad', action: 'block', expression: 'tcp.dstport in {1, 2}' }]);
@@ -177,5 +189,42 @@ describe.runIf(RUN)('moat daemon inline between two namespaces', () => {
     const stopped = daemon.lines.find((l) => l.includes('"msg":"daemon stopped"'));
     expect(stopped).toBeDefined();
     expect(JSON.parse(stopped!).totals.length).toBe(2);
+    // The drop capture was flushed on stop and holds the blocked SYNs to port 9999.
+    const reader = PcapReader.open(join(dir, 'dropped.pcap'));
+    let to9999 = 0;
+    while (reader.next()) {
+      const f = reader.data.subarray(reader.offset, reader.offset + reader.caplen);
+      // Ethernet + IPv4 (IHL 5) + TCP: destination port at bytes 36-37.
+      if (f[12] === 0x08 && f[13] === 0x00 && f[23] === 6 && ((f[36]! << 8) | f[37]!) === 9999) to9999++;
+    }
+    reader.close();
+    expect(to9999).toBeGreaterThan(0);
   }, 30_000);
+});
+
+describe.runIf(RUN)('moat daemon in monitor mode', () => {
+  let topo: GatewayTopology;
+  afterAll(async () => {
+    await topo?.destroy();
+  }, 60_000);
+
+  it('judges and counts what it sees on one interface and forwards nothing', async () => {
+    ensureBuilt();
+    topo = await gatewayTopology({ staticNeighbors: true });
+    const rules = join(dir, 'monitor-rules.json');
+    writeFileSync(rules, JSON.stringify({ rules: [{ id: 'no-echo', action: 'block', expression: 'icmp.type == 8' }] }));
+    const cfg = join(dir, 'monitor.jsonc');
+    writeFileSync(cfg, JSON.stringify({ mode: 'monitor', interfaces: [topo.gateway.portA], rules: { account: rules }, capture: { ringBytes: 16 << 20 }, metrics: { listen: '127.0.0.1:9491' } }));
+    const d = spawnIn(topo.gateway.ns, process.execPath, [BIN, 'daemon', '--config', cfg]);
+    await d.waitForLine(/"msg":"daemon running"/, 20_000);
+    const r = await exec(topo.a.ns, 'ping', ['-c', '3', '-i', '0.2', '-W', '1', topo.b.ipv4], { check: false });
+    expect(r.stdout).toContain('0 received');
+    const m = (await exec(topo.gateway.ns, process.execPath, ['-e', "fetch('http://127.0.0.1:9491/metrics').then(r => r.text()).then(t => process.stdout.write(t))"])).stdout;
+    const drops = m.split('\n').find((l) => l.startsWith(`moat_packets_total{interface="${topo.gateway.portA}",verdict="drop"}`));
+    expect(Number(drops?.split(' ').pop())).toBe(3);
+    const hits = m.split('\n').find((l) => l.startsWith('moat_rule_hits_total{ruleset="account",rule="no-echo"'));
+    expect(Number(hits?.split(' ').pop())).toBe(3);
+    d.kill('SIGTERM');
+    expect((await d.exited).code).toBe(0);
+  }, 60_000);
 });
