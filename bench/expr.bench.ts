@@ -1,7 +1,8 @@
 // Parse, compile and execute benchmarks of the rules language over
-// production-shaped filters (wirefilter's three groups). The execute group is
-// compared in the same run with a hand-written JS function doing the same test
-// (the floor a compiler could reach) and with a naive tree-walking evaluator.
+// production-shaped filters (wirefilter's three groups). The execute group runs
+// both backends (closures, generated code) and is compared in the same run with
+// a hand-written JS function doing the same test (the floor a compiler could
+// reach) and with a naive tree-walking evaluator.
 
 import { checkExpression, compileExpression, parse, type Filter } from '../src/expr/index.js';
 import { formatIpv4 } from '../src/net/index.js';
@@ -126,6 +127,12 @@ export function runExprBench(): void {
       return hits;
     });
     figures.push(exec);
+    const generated = compileExpression(expr, { ...options, backend: 'codegen' }).test;
+    figures.push(measure('execute (generated code)', (n) => {
+      let hits = 0;
+      for (let i = 0; i < n; i++) if (generated(ctxs[i & mask]!)) hits++;
+      return hits;
+    }));
     const hand = handWritten(name, packets);
     if (hand !== undefined) {
       figures.push(measure('execute (hand-written JS, reference)', (n) => {
