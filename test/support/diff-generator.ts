@@ -756,7 +756,7 @@ export function evaluate(e: Expr, f: FieldValues): boolean {
 // ---------------------------------------------------------------------------
 // Cloudflare printer
 
-const PREC = { or: 1, xor: 2, and: 3, not: 4, leaf: 5 } as const;
+export const PREC = { or: 1, xor: 2, and: 3, not: 4, leaf: 5 } as const;
 
 function precOf(e: Expr): number {
   return e.kind === 'or' || e.kind === 'xor' || e.kind === 'and' || e.kind === 'not' ? PREC[e.kind] : PREC.leaf;
@@ -888,27 +888,27 @@ function cfIpItem(it: IpItem): string {
 // Wireshark printer
 
 /** A translated node: a constant, or display-filter text (parenthesised unless atomic). */
-type Ws = boolean | string;
+export type Ws = boolean | string;
 
-function wsOr(parts: readonly Ws[]): Ws {
+export function wsOr(parts: readonly Ws[]): Ws {
   if (parts.some((p) => p === true)) return true;
   const texts = parts.filter((p): p is string => typeof p === 'string');
   if (texts.length === 0) return false;
   return texts.length === 1 ? texts[0]! : `(${texts.join(' or ')})`;
 }
 
-function wsAnd(parts: readonly Ws[]): Ws {
+export function wsAnd(parts: readonly Ws[]): Ws {
   if (parts.some((p) => p === false)) return false;
   const texts = parts.filter((p): p is string => typeof p === 'string');
   if (texts.length === 0) return true;
   return texts.length === 1 ? texts[0]! : `(${texts.join(' and ')})`;
 }
 
-function wsNot(p: Ws): Ws {
+export function wsNot(p: Ws): Ws {
   return typeof p === 'boolean' ? !p : `!(${p})`;
 }
 
-const WS_OPS: Readonly<Record<CmpOp, string>> = { eq: '==', ne: '!=', lt: '<', le: '<=', gt: '>', ge: '>=' };
+export const WS_OPS: Readonly<Record<CmpOp, string>> = { eq: '==', ne: '!=', lt: '<', le: '<=', gt: '>', ge: '>=' };
 
 /**
  * Where a Cloudflare int field lives in Wireshark: `ws = cf * scale + offset`, and

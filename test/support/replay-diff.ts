@@ -63,6 +63,7 @@ import { fragmentIpv4, fragmentIpv6, withVlanTags, type VlanTag } from './frame-
 import { readCsv } from './make-mmdb.js';
 import { buildIpPacket, concatBytes, type FrameSpec, type L4Spec } from './packet-builder.js';
 import type { Tshark } from './tshark.js';
+import { PREC, WS_OPS, wsAnd, wsNot, wsOr, type Ws } from './diff-generator.js';
 
 // ---------------------------------------------------------------------------
 // Addresses
@@ -652,7 +653,6 @@ export function evaluateRule(e: RExpr, f: ReplayFrame): boolean {
 // ---------------------------------------------------------------------------
 // Cloudflare printer
 
-const PREC = { or: 1, xor: 2, and: 3, not: 4, leaf: 5 } as const;
 const OP_SPELLINGS: Readonly<Record<CmpOp, readonly [string, string]>> = {
   eq: ['==', 'eq'],
   ne: ['!=', 'ne'],
@@ -718,29 +718,7 @@ export class RuleCfPrinter {
 }
 
 // ---------------------------------------------------------------------------
-// Wireshark translation
-
-type Ws = boolean | string;
-
-function wsOr(parts: readonly Ws[]): Ws {
-  if (parts.some((p) => p === true)) return true;
-  const texts = parts.filter((p): p is string => typeof p === 'string');
-  if (texts.length === 0) return false;
-  return texts.length === 1 ? texts[0]! : `(${texts.join(' or ')})`;
-}
-
-function wsAnd(parts: readonly Ws[]): Ws {
-  if (parts.some((p) => p === false)) return false;
-  const texts = parts.filter((p): p is string => typeof p === 'string');
-  if (texts.length === 0) return true;
-  return texts.length === 1 ? texts[0]! : `(${texts.join(' and ')})`;
-}
-
-function wsNot(p: Ws): Ws {
-  return typeof p === 'boolean' ? !p : `!(${p})`;
-}
-
-const WS_OPS: Readonly<Record<CmpOp, string>> = { eq: '==', ne: '!=', lt: '<', le: '<=', gt: '>', ge: '>=' };
+// Wireshark translation (its combinators are diff-generator's)
 
 /** IP-level fields the language translation emits; they get the layer operator #1 (outermost header). */
 const LAYERED = /\b(ip|ipv6)\.(src|dst|len|hdr_len|ttl|plen|hlim)\b(?!#)/g;
