@@ -52,18 +52,23 @@ import {
   ipToText,
   printWireshark,
   protoName,
+  PREC,
   shrinkCandidates,
+  WS_OPS,
+  wsAnd,
+  wsNot,
+  wsOr,
   type CmpOp,
   type Expr,
   type FieldValues,
   type IntItem,
   type IpValue,
+  type Ws,
 } from './diff-generator.js';
 import { fragmentIpv4, fragmentIpv6, withVlanTags, type VlanTag } from './frame-builder-extra.js';
 import { readCsv } from './make-mmdb.js';
 import { buildIpPacket, concatBytes, type FrameSpec, type L4Spec } from './packet-builder.js';
 import type { Tshark } from './tshark.js';
-import { PREC, WS_OPS, wsAnd, wsNot, wsOr, type Ws } from './diff-generator.js';
 
 // ---------------------------------------------------------------------------
 // Addresses
