@@ -168,6 +168,24 @@ function locate(e: MoatError, where: string, pointer: string): MoatError {
   return e;
 }
 
+// Reads each field a chunk uses once, into a local, instead of at every use:
+// the rules of a chunk read the same few fields (ports, protocol, flags) many
+// times. The source is our own generated code (numbers only), so rewriting the
+// typed-array reads I[n], B[n], F[n] and A4[n] by pattern is exact.
+function hoistFieldLoads(body: string): string {
+  const decls: string[] = [];
+  const seen = new Set<string>();
+  const out = body.replace(/\b(I|B|F|A4)\[(\d+)\]/g, (_m, arr: string, n: string) => {
+    const local = `${arr.toLowerCase()}_${n}`;
+    if (!seen.has(local)) {
+      seen.add(local);
+      decls.push(`${local} = ${arr}[${n}]`);
+    }
+    return local;
+  });
+  return decls.length === 0 ? out : `const ${decls.join(', ')};\n${out}`;
+}
+
 // Generates one function for rules [a, b) of a level. Rule indexes and counter
 // offsets are numbers; the expressions come from generate() (numbers only too).
 function generateChunk(
@@ -189,7 +207,7 @@ function generateChunk(
     else if (r.rule.action === 'skip') lines.push(`if (${cond}) { ${count} return ${SKIP_LEVEL}; }`);
     else lines.push(`if (${cond}) { ${count} LG[LN[0]++] = ${i}; }`);
   }
-  const source = `return function rules${a}to${b - 1}(c, len) {\n${CODEGEN_LOCALS}\n${lines.join('\n')}\nreturn ${CONTINUE};\n};`;
+  const source = `return function rules${a}to${b - 1}(c, len) {\n${CODEGEN_LOCALS}\n${hoistFieldLoads(lines.join('\n'))}\nreturn ${CONTINUE};\n};`;
   const make = new Function('K', 'P', 'Y', 'LG', 'LN', source);
   return make(pool.values, counters.packets, counters.bytes, counters.logged, counters.loggedCount) as Chunk;
 }
