@@ -1,19 +1,25 @@
-// Runs the benchmarks: `npm run bench [-- name...]` (names: expr, pcap-reader, pipeline, address-table).
+// Runs the benchmarks: `npm run bench [-- name...]` (names: expr, pcap-reader, pipeline, address-table,
+// inline, soak). Without names every benchmark but the 10-minute soak runs. inline and
+// soak need root, iperf3 and network namespaces.
 import { runAddressTableBench } from './address-table.bench.js';
 import { runExprBench } from './expr.bench.js';
+import { runInlineBench } from './inline.bench.js';
 import { runPcapReaderBench } from './pcap-reader.bench.js';
 import { runPipelineBench } from './pipeline.bench.js';
+import { runSoak } from './soak.bench.js';
 
 const BENCHES: Record<string, () => void | Promise<void>> = {
   expr: runExprBench,
   'pcap-reader': runPcapReaderBench,
   pipeline: runPipelineBench,
   'address-table': runAddressTableBench,
+  inline: runInlineBench,
+  soak: () => runSoak(Number(process.env.MOAT_SOAK_SECONDS ?? 600)),
 };
 
 const wanted = process.argv.slice(2);
 console.log(`# Moat benchmarks (node ${process.version}, ${new Date().toISOString()})`);
 for (const [name, fn] of Object.entries(BENCHES)) {
-  if (wanted.length > 0 && !wanted.includes(name)) continue;
+  if (wanted.length > 0 ? !wanted.includes(name) : name === 'soak') continue;
   await fn();
 }
