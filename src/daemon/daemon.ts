@@ -10,10 +10,20 @@ import { basename, dirname } from 'node:path';
 import type { Logger } from 'pino';
 import type { FrameSource } from '../capture/index.js';
 import type { DaemonConfig } from '../config/index.js';
-import { BundleError, loadBundle, PacketPath, PathCounters, type Evaluator, type LoadedBundle } from '../engine/index.js';
+import { BundleError, loadBundle, PacketPath, PathCounters, type BundleFiles, type Evaluator, type LoadedBundle } from '../engine/index.js';
 import { MoatError } from '../errors/index.js';
 import { DropRecorder } from './drop-recorder.js';
 import { daemonMetrics } from './metrics.js';
+
+/** The bundle files a configuration names. */
+export function bundleFiles(c: DaemonConfig): BundleFiles {
+  return {
+    rules: [c.rules.account, ...(c.rules.zone ? [c.rules.zone] : [])],
+    lists: Object.entries(c.lists).map(([name, file]) => ({ name, file })),
+    geoip: c.geoip.country,
+    asn: c.geoip.asn,
+  };
+}
 
 /** Opens a live source on an interface. */
 export type SourceOpener = (iface: string, options: { ringBytes: number; filter: string }) => FrameSource;
@@ -153,13 +163,7 @@ export class Daemon {
   }
 
   private load(): LoadedBundle {
-    const c = this.config;
-    return loadBundle({
-      rules: [c.rules.account, ...(c.rules.zone ? [c.rules.zone] : [])],
-      lists: Object.entries(c.lists).map(([name, file]) => ({ name, file })),
-      geoip: c.geoip.country,
-      asn: c.geoip.asn,
-    });
+    return loadBundle(bundleFiles(this.config));
   }
 
   // The version: the rulesets' own version fields and a hash of every input file.

@@ -6,7 +6,7 @@ import { MoatError } from '../errors/index.js';
 import { IpRangeSet, NumberRangeSet, type IpRange } from '../net/index.js';
 import type { CmpOp, Expr, RawLiteral, Rhs, ValueExpr } from './ast.js';
 import type { Checked, IntOperand, ListProvider } from './checked.js';
-import { checkCall, FUNCTION_NAMES } from './functions.js';
+import { checkCall } from './functions.js';
 import { literalBytes, parseIntRange, parseIntWord, parseIpSetItem, parseIpWord } from './literals.js';
 import type { FieldDef, FieldType, Scheme } from './scheme.js';
 
@@ -303,4 +303,3 @@ function editDistance(a: string, b: string): number {
   return dp[b.length]!;
 }
 
-export { FUNCTION_NAMES };

@@ -5,8 +5,8 @@ import type { Command } from 'commander';
 import { pino } from 'pino';
 import { LiveCapture } from '../../capture/index.js';
 import { loadDaemonConfig } from '../../config/index.js';
-import { Daemon } from '../../daemon/index.js';
-import { BundleError } from '../../engine/index.js';
+import { bundleFiles, Daemon } from '../../daemon/index.js';
+import { BundleError, loadBundle } from '../../engine/index.js';
 import type { Output } from '../output.js';
 
 interface DaemonFlags {
@@ -23,18 +23,10 @@ export function registerDaemon(program: Command, out: Output): void {
     .option('--check', 'validate the configuration and compile the rulesets, then exit')
     .action(async (flags: DaemonFlags) => {
       const config = loadDaemonConfig(flags.config);
-      const log = pino({ level: config.log.level, base: { service: 'moat-daemon' } });
-      const daemon = new Daemon(config, log, (iface, o) => LiveCapture.open(iface, o));
       if (flags.check === true) {
         // Compile the bundle the same way start() does, without opening captures.
         try {
-          const { loadBundle } = await import('../../engine/index.js');
-          const b = loadBundle({
-            rules: [config.rules.account, ...(config.rules.zone ? [config.rules.zone] : [])],
-            lists: Object.entries(config.lists).map(([name, file]) => ({ name, file })),
-            geoip: config.geoip.country,
-            asn: config.geoip.asn,
-          });
+          const b = loadBundle(bundleFiles(config));
           out.stdout(`OK: ${config.mode} on ${config.interfaces.join(', ')}; ${b.evaluator.rules.length} rules, fields: ${b.evaluator.fields.join(' ') || '(none)'}`);
         } catch (err) {
           if (!(err instanceof BundleError)) throw err;
@@ -43,6 +35,8 @@ export function registerDaemon(program: Command, out: Output): void {
         }
         return;
       }
+      const log = pino({ level: config.log.level, base: { service: 'moat-daemon' } });
+      const daemon = new Daemon(config, log, (iface, o) => LiveCapture.open(iface, o));
       try {
         await daemon.start();
       } catch (err) {
