@@ -1,5 +1,5 @@
 // Conformance table of the rules language (Cloudflare's Rules language for Magic Firewall,
-// network_transit field set), written by hand from notes/expr-api.md (the contract) and
+// network_transit field set), written by hand from the README (The rules language) (the contract) and
 // /work/shared/reference/expression-language.md (Cloudflare docs and wirefilter behaviour).
 // No expected value here was obtained by running the engine.
 //

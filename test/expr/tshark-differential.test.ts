@@ -71,7 +71,7 @@ function showFields(f: FieldValues): string {
     .join(' ');
 }
 
-/** Sets one frame's values into the context, per notes/expr-api.md; absent fields stay unset. */
+/** Sets one frame's values into the context, per the README (The rules language); absent fields stay unset. */
 class ContextLoader {
   private readonly ctx = TRANSIT_SCHEME.newContext();
   private readonly slot = (name: string): number => TRANSIT_SCHEME.field(name).slot;
@@ -295,7 +295,7 @@ describe.runIf(!!TSHARK)(`Moat against tshark (seed ${SEED})`, () => {
       }
       const message = [
         `Moat and tshark disagree on ${failing.length} of ${s.cases.length} expressions (seed ${SEED}).`,
-        `"model" is the reference model of notes/expr-api.md: model=tshark points at the engine, model=moat at the translation.`,
+        `"model" is the reference model of the README (The rules language): model=tshark points at the engine, model=moat at the translation.`,
         ...reports,
         replayHint,
       ].join('\n\n');

@@ -3,7 +3,7 @@
 // random expression generator over the subset of the rules language that
 // Wireshark can express, two printers (Cloudflare syntax and the equivalent
 // Wireshark 4.0 display filter), a reference model of the semantics in
-// notes/expr-api.md, and shrinking candidates for minimising a failure.
+// the README (The rules language), and shrinking candidates for minimising a failure.
 //
 // The Wireshark printer follows the translation table of
 // shared/reference/expression-language.md §3.2. Every leaf is translated to a
@@ -212,7 +212,7 @@ const PROTO_NAMES: ReadonlyMap<number, string> = new Map([
   [132, 'sctp'],
 ]);
 
-/** The ip.proto string for an IP protocol number, per notes/expr-api.md. */
+/** The ip.proto string for an IP protocol number, per the README (The rules language). */
 export function protoName(n: number): string {
   return PROTO_NAMES.get(n) ?? String(n);
 }
@@ -374,7 +374,7 @@ function ttl(rng: Rng): number {
 }
 
 /**
- * The field values Moat's decoder sets for a frame spec (notes/expr-api.md, "Decisions for packets").
+ * The field values Moat's decoder sets for a frame spec (the README (The rules language), "Decisions for packets").
  * @param ipPacketLength bytes from the IP header to the end of the packet (IPv6: 40 + payload length)
  */
 export function fieldsOfSpec(spec: FrameSpec, ipPacketLength: number): FieldValues {
@@ -674,9 +674,9 @@ export class ExprGenerator {
 }
 
 // ---------------------------------------------------------------------------
-// Reference model (notes/expr-api.md, "Semantics")
+// Reference model (README, "The rules language", "Semantics")
 
-function cmp<T extends number | bigint | string>(a: T, op: CmpOp, b: T): boolean {
+export function cmp<T extends number | bigint | string>(a: T, op: CmpOp, b: T): boolean {
   switch (op) {
     case 'eq':
       return a === b;
@@ -949,7 +949,7 @@ const WS_INT_TARGETS: Readonly<Record<CfIntField, readonly WsIntTarget[]>> = {
   ],
 };
 
-const WS_BOOL: Readonly<Record<CfBoolField, string>> = {
+export const WS_BOOL: Readonly<Record<CfBoolField, string>> = {
   'tcp.flags.fin': 'tcp.flags.fin',
   'tcp.flags.syn': 'tcp.flags.syn',
   'tcp.flags.reset': 'tcp.flags.reset',

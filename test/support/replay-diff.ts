@@ -50,6 +50,7 @@ import {
   generatePackets,
   ipFromText,
   ipToText,
+  cmp,
   printWireshark,
   protoName,
   PREC,
@@ -595,23 +596,6 @@ export class RuleGenerator {
 
 // ---------------------------------------------------------------------------
 // Reference model
-
-function cmp<T extends number | string>(a: T, op: CmpOp, b: T): boolean {
-  switch (op) {
-    case 'eq':
-      return a === b;
-    case 'ne':
-      return a !== b;
-    case 'lt':
-      return a < b;
-    case 'le':
-      return a <= b;
-    case 'gt':
-      return a > b;
-    case 'ge':
-      return a >= b;
-  }
-}
 
 function geoEval(e: GeoLeaf, g: GeoFacts): boolean {
   switch (e.kind) {

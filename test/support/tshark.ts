@@ -11,7 +11,7 @@ import { execFile } from 'node:child_process';
 
 import { mkdir, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
-import { BOOL_FIELDS, ipFromText, protoName, type FieldValues } from './diff-generator.js';
+import { BOOL_FIELDS, WS_BOOL, ipFromText, protoName, type FieldValues } from './diff-generator.js';
 
 /** Protocols the differential profile keeps enabled (Wireshark 4.0 has no "disable all but"). */
 export const ENABLED_PROTOCOLS: readonly string[] = ['frame', 'eth', 'ethertype', 'ip', 'ipv6', 'tcp', 'udp', 'icmp', 'icmpv6', 'data'];
@@ -212,20 +212,9 @@ function flag(row: ReadonlyMap<string, string>, field: string): boolean | undefi
   throw new Error(`tshark printed ${field}=${JSON.stringify(text)}, not a boolean`);
 }
 
-const WS_FLAG_FIELD: Readonly<Record<(typeof BOOL_FIELDS)[number], string>> = {
-  'tcp.flags.fin': 'tcp.flags.fin',
-  'tcp.flags.syn': 'tcp.flags.syn',
-  'tcp.flags.reset': 'tcp.flags.reset',
-  'tcp.flags.push': 'tcp.flags.push',
-  'tcp.flags.ack': 'tcp.flags.ack',
-  'tcp.flags.urg': 'tcp.flags.urg',
-  'tcp.flags.ecn': 'tcp.flags.ece',
-  'tcp.flags.cwr': 'tcp.flags.cwr',
-};
-
 /**
  * Moat's field values for one frame, derived from a row of {@link EXTRACT_FIELDS}
- * with the decisions of notes/expr-api.md: ip.ttl is the hop limit on IPv6, ip.len
+ * with the decisions of the README (The rules language): ip.ttl is the hop limit on IPv6, ip.len
  * is 40 + payload length on IPv6, ip.hdr_len is in 32-bit words (absent on IPv6),
  * ip.proto is a keyword, icmp.* covers ICMPv6, tcp.flags is the 8-bit byte.
  * Fields absent from the frame are absent from the result.
@@ -257,7 +246,7 @@ export function moatFieldsFromTshark(row: ReadonlyMap<string, string>): FieldVal
   set('tcp.dstport', num(row, 'tcp.dstport'));
   const flags = num(row, 'tcp.flags');
   set('tcp.flags', flags === undefined ? undefined : flags & 0xff);
-  for (const b of BOOL_FIELDS) set(b, flag(row, WS_FLAG_FIELD[b]));
+  for (const b of BOOL_FIELDS) set(b, flag(row, WS_BOOL[b]));
   set('udp.srcport', num(row, 'udp.srcport'));
   set('udp.dstport', num(row, 'udp.dstport'));
   set('icmp.type', num(row, 'icmp.type') ?? num(row, 'icmpv6.type'));
