@@ -319,7 +319,9 @@ describe.skipIf(!canRun)('LiveCapture in a gateway with static neighbours', () =
         console.log(JSON.stringify({ code: err.code, message: err.message }));
       }
       process.exit(0);`,
-      { prefix: ['setpriv', '--reuid=65534', '--regid=65534', '--clear-groups', '--inh-caps=-all'] },
+      // Still uid 0 (so the checkout is readable wherever CI cloned it, even under a
+      // 0700 temp folder) but with every capability gone, CAP_NET_RAW included.
+      { prefix: ['setpriv', '--bounding-set=-all', '--inh-caps=-all', '--ambient-caps=-all'] },
     );
     const result = await child.waitForJson<{ code?: number; message?: string }>();
     expect(result.code, child.transcript()).toBe(3010);
