@@ -5,6 +5,10 @@ import { Command, CommanderError } from 'commander';
 import { registerCheck } from './commands/check.js';
 import { registerReplay } from './commands/replay.js';
 import { registerDaemon } from './commands/daemon.js';
+import { registerLists } from './commands/lists.js';
+import { registerServe } from './commands/serve.js';
+import { registerUsers } from './commands/users.js';
+import { registerManaged } from './commands/managed.js';
 import { MoatError } from '../errors/index.js';
 import { CliError, type Output } from './output.js';
 
@@ -22,6 +26,10 @@ export async function runCli(argv: readonly string[], out: Output): Promise<numb
   registerCheck(program, out);
   registerReplay(program, out);
   registerDaemon(program, out);
+  registerLists(program, out);
+  registerServe(program, out);
+  registerUsers(program, out);
+  registerManaged(program, out);
   try {
     await program.parseAsync([...argv], { from: 'user' });
     return out.exitCode;

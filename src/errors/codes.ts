@@ -4,6 +4,8 @@
 //   1xxx expression syntax   2xxx expression types and names
 //   3xxx packets and captures 4xxx lists and GeoIP data   5xxx configuration   6xxx rulesets
 //   7xxx API   8xxx store   9xxx channel/notify
+// A few codes are Cloudflare's own (9103, 10000, 10003, 20125, 20217, 7000, 7003):
+// clients of Cloudflare's API match on them, so Moat answers with the same numbers.
 
 /** One registry entry: a stable name, an HTTP status for the API, and a one-line summary. */
 export interface ErrorDef {
@@ -86,6 +88,54 @@ export const ERRORS = Object.freeze({
   RULESET_BAD_ACTION: def(6003, 400, 'unknown or unsupported rule action'),
   RULESET_BAD_PHASE: def(6004, 400, 'ruleset is not for the network_transit phase'),
   RULESET_TOO_MANY_LISTS: def(6005, 400, 'more lists referenced than the engine supports'),
+  RULESET_BAD_EXECUTE: def(6006, 400, 'an execute rule names a missing or unusable managed ruleset'),
+
+  // 7xxx: the HTTP API (routing, requests, authentication, resources)
+  API_NO_ROUTE: def(7000, 404, 'no route for that URI'),
+  API_METHOD_NOT_ALLOWED: def(7001, 405, 'method not allowed for this route'),
+  API_BAD_IDENTIFIER: def(7003, 400, 'could not route: the object identifier is invalid'),
+  API_MALFORMED_JSON: def(7010, 400, 'request body is not valid JSON'),
+  API_BODY_TOO_LARGE: def(7011, 413, 'request body too large'),
+  API_UNSUPPORTED_MEDIA: def(7012, 415, 'request body must be application/json'),
+  API_INVALID_FIELD: def(7013, 400, 'a field of the request body is missing or invalid'),
+  API_BAD_QUERY: def(7014, 400, 'a query parameter is invalid'),
+  API_INTERNAL: def(7099, 500, 'internal error'),
+  AUTH_MISSING_HEADERS: def(7100, 400, 'missing or malformed X-Auth-Email / X-Auth-Key headers'),
+  AUTH_UNKNOWN_KEY: def(9103, 403, 'unknown X-Auth-Key or X-Auth-Email'),
+  AUTH_FORBIDDEN: def(10000, 403, 'authentication error: no access to this account or zone'),
+  RULESET_NOT_FOUND: def(7200, 404, 'ruleset not found'),
+  RULESET_VERSION_NOT_FOUND: def(7201, 404, 'ruleset version not found'),
+  RULE_NOT_FOUND: def(7202, 404, 'rule not found'),
+  ENTRYPOINT_NOT_FOUND: def(10003, 404, 'could not find entrypoint ruleset in the phase'),
+  RULESET_KIND_LIMIT: def(20217, 400, 'exceeded maximum number of entrypoint rulesets for the phase'),
+  RULE_BLANK_EXPRESSION: def(20125, 400, 'the expression cannot be blank'),
+  RULESET_BAD_KIND: def(7203, 400, 'kind not allowed here'),
+  RULESET_BAD_PHASE_NAME: def(7204, 400, 'unknown phase'),
+  RULESET_IMMUTABLE: def(7205, 400, 'field cannot be changed after creation'),
+  RULESET_MANAGED_READONLY: def(7206, 403, 'managed rulesets cannot be changed through the API'),
+  RULESET_IN_USE: def(7207, 400, 'ruleset or version is deployed by an execute rule'),
+  RULE_BAD_POSITION: def(7208, 400, 'invalid rule position'),
+  RULESET_TOO_MANY_RULES: def(7209, 400, 'too many rules in the ruleset'),
+  RULESET_LAST_VERSION: def(7210, 400, 'the only version of a ruleset cannot be deleted; delete the ruleset'),
+  RULE_ACTION_REQUIRED: def(7211, 400, 'action is required for action parameters'),
+  RULE_DUPLICATE_ID: def(7212, 400, 'two rules have the same id'),
+  LIST_NOT_FOUND: def(7300, 404, 'list not found'),
+  LIST_NAME_TAKEN: def(7301, 400, 'a list with this name already exists'),
+  LIST_IN_USE: def(7302, 400, 'list is referenced by a rule'),
+  LIST_BAD_ITEM: def(7303, 400, 'invalid list item'),
+  LIST_ITEM_NOT_FOUND: def(7304, 404, 'list item not found'),
+  LIST_OPERATION_NOT_FOUND: def(7305, 404, 'bulk operation not found'),
+  LIST_TOO_MANY_ITEMS: def(7306, 400, 'the list is at the maximum number of items'),
+  LIST_MANAGED_READONLY: def(7307, 403, 'managed lists are loaded by the operator, not through the API'),
+  LIST_TOO_MANY: def(7308, 400, 'the account is at the maximum number of lists'),
+  USER_BAD_INPUT: def(7400, 400, 'invalid user, account or zone'),
+  USER_NOT_FOUND: def(7401, 404, 'user or key not found'),
+
+  // 8xxx: the embedded store
+  STORE_OPEN: def(8001, 500, 'cannot open the database'),
+  STORE_MIGRATION: def(8002, 500, 'database schema migration failed'),
+  STORE_BUSY: def(8003, 503, 'the database is busy'),
+  STORE_NEWER_SCHEMA: def(8004, 500, 'the database was written by a newer Moat'),
 });
 
 /** Symbolic error name. */

@@ -1,0 +1,68 @@
+// Authentication and authorisation of every request: X-Auth-Email/X-Auth-Key
+// (Cloudflare's legacy global-key scheme) mapped to a user, then the
+// account_id or zone_id of the path checked against what that user may reach.
+
+import type { FastifyRequest } from 'fastify';
+import { isId, isWellFormedEmail, isWellFormedKey, type Principal, type Users } from '../store/index.js';
+import { apiError } from './api-error.js';
+
+/** The level a request addresses: an account, or a zone (with its account). */
+export interface Scope {
+  readonly level: 'account' | 'zone';
+  readonly accountId: string;
+  readonly zoneId: string | null;
+}
+
+function header(req: FastifyRequest, name: string): string | undefined {
+  const v = req.headers[name];
+  return Array.isArray(v) ? v[0] : v;
+}
+
+/** The principal of a request; throws the reference's errors for missing, malformed or unknown credentials. */
+export function authenticate(req: FastifyRequest, users: Users): Principal {
+  const email = header(req, 'x-auth-email');
+  const key = header(req, 'x-auth-key');
+  if (email === undefined || key === undefined || email === '' || key === '') {
+    throw apiError('AUTH_MISSING_HEADERS', 'Invalid request headers: X-Auth-Email and X-Auth-Key are required', {
+      hint: 'send X-Auth-Email and X-Auth-Key',
+    });
+  }
+  if (!isWellFormedEmail(email)) throw apiError('AUTH_MISSING_HEADERS', 'Invalid format for X-Auth-Email header');
+  if (!isWellFormedKey(key)) throw apiError('AUTH_MISSING_HEADERS', 'Invalid format for X-Auth-Key header');
+  const p = users.verify(email, key);
+  if (p === undefined) throw apiError('AUTH_UNKNOWN_KEY', 'Unknown X-Auth-Key or X-Auth-Email');
+  return p;
+}
+
+function badId(req: FastifyRequest): never {
+  throw apiError('API_BAD_IDENTIFIER', `Could not route to ${req.url.split('?')[0]}, perhaps your object identifier is invalid?`);
+}
+
+/**
+ * The scope of a request from its `account_id` or `zone_id` path parameter,
+ * after checking the principal may reach it. A zone is reachable through its
+ * account or through a grant of that zone.
+ */
+export function scopeOf(req: FastifyRequest, principal: Principal, users: Users): Scope {
+  const params = req.params as { account_id?: string; zone_id?: string };
+  if (params.account_id !== undefined) {
+    if (!isId(params.account_id)) badId(req);
+    if (!principal.accounts.has(params.account_id)) throw apiError('AUTH_FORBIDDEN', 'Authentication error');
+    return { level: 'account', accountId: params.account_id, zoneId: null };
+  }
+  if (params.zone_id !== undefined) {
+    if (!isId(params.zone_id)) badId(req);
+    const granted = principal.zones.get(params.zone_id);
+    const account = granted ?? users.zoneAccount(params.zone_id);
+    if (account === undefined || (granted === undefined && !principal.accounts.has(account))) {
+      throw apiError('AUTH_FORBIDDEN', 'Authentication error');
+    }
+    return { level: 'zone', accountId: account, zoneId: params.zone_id };
+  }
+  throw apiError('API_NO_ROUTE', 'No route for that URI');
+}
+
+/** Throws 7003 unless `id` is a 32-hex identifier (ruleset, rule, list, item, operation ids). */
+export function requireId(req: FastifyRequest, id: string): void {
+  if (!isId(id)) badId(req);
+}

@@ -1,0 +1,112 @@
+// Rulesets API routes at account and zone level (Cloudflare's paths, bodies and
+// status codes): rulesets, versions, rules, phase entrypoints and rules by tag.
+// The behaviour lives in RulesetService; this file maps HTTP onto it.
+
+import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
+import { apiError } from '../api-error.js';
+import { requireId, scopeOf } from '../auth.js';
+import { ok } from '../envelope.js';
+import { RulesetService } from '../rulesets-service.js';
+import { principalOf, type ApiContext } from '../server.js';
+
+type Params = { account_id?: string; zone_id?: string; ruleset_id: string; version: string; rule_id: string; phase: string; rule_tag: string };
+type Req = FastifyRequest<{ Params: Params; Querystring: Record<string, string | undefined> }>;
+
+/** Parses `?dry_run=true|false` (anything else is a 400, as on Cloudflare). */
+export function dryRunOf(req: FastifyRequest): boolean {
+  const v = (req.query as Record<string, unknown>)['dry_run'];
+  if (v === undefined) return false;
+  if (v === 'true') return true;
+  if (v === 'false') return false;
+  throw apiError('API_BAD_QUERY', `dry_run must be true or false, not ${JSON.stringify(v)}`);
+}
+
+/** Parses `per_page` (1..max, default `def`). */
+export function perPageOf(req: FastifyRequest, def: number, max: number): number {
+  const v = (req.query as Record<string, unknown>)['per_page'];
+  if (v === undefined) return def;
+  const n = Number(v);
+  if (typeof v !== 'string' || !/^[0-9]+$/.test(v) || n < 1 || n > max) throw apiError('API_BAD_QUERY', `per_page must be an integer from 1 to ${max}`);
+  return n;
+}
+
+/** Registers every ruleset route under both levels. */
+export function registerRulesets(api: FastifyInstance, ctx: ApiContext): void {
+  const service = new RulesetService(ctx.store, ctx.limits);
+  const scope = (req: Req) => scopeOf(req, principalOf(req), ctx.users);
+  const id = (req: Req) => {
+    requireId(req, req.params.ruleset_id);
+    return req.params.ruleset_id;
+  };
+  const ruleId = (req: Req) => {
+    requireId(req, req.params.rule_id);
+    return req.params.rule_id;
+  };
+  // A dry run answers 200 with result null (204 stays 204), per Cloudflare's docs.
+  const written = (reply: FastifyReply, result: unknown) => reply.type('application/json').send(ok(result ?? null));
+  const noContent = (reply: FastifyReply) => reply.code(204).send();
+
+  for (const lvl of ['/accounts/:account_id', '/zones/:zone_id']) {
+    const base = `${lvl}/rulesets`;
+    api.get(base, async (req: Req) => {
+      const s = scope(req);
+      const page = service.list(s, req.query['cursor'], perPageOf(req, 50, ctx.limits.maxPerPage));
+      return ok(page.result, page.cursor === undefined ? { count: page.result.length } : { count: page.result.length, cursor: page.cursor });
+    });
+    api.post(base, async (req: Req, reply) => written(reply, service.create(scope(req), req.body, dryRunOf(req))));
+
+    const ep = `${base}/phases/:phase/entrypoint`;
+    api.get(ep, async (req: Req) => ok(service.entrypoint(scope(req), req.params.phase)));
+    api.put(ep, async (req: Req, reply) => written(reply, service.putEntrypoint(scope(req), req.params.phase, req.body, dryRunOf(req))));
+    api.get(`${ep}/versions`, async (req: Req) => {
+      const versions = service.entrypointVersions(scope(req), req.params.phase);
+      return ok(versions);
+    });
+    api.get(`${ep}/versions/:version`, async (req: Req) => ok(service.entrypointVersion(scope(req), req.params.phase, req.params.version)));
+
+    const one = `${base}/:ruleset_id`;
+    api.get(one, async (req: Req) => {
+      const s = scope(req);
+      return ok(service.get(s, id(req)));
+    });
+    api.put(one, async (req: Req, reply) => {
+      const s = scope(req);
+      return written(reply, service.update(s, id(req), req.body, dryRunOf(req)));
+    });
+    api.delete(one, async (req: Req, reply) => {
+      const s = scope(req);
+      service.delete(s, id(req), dryRunOf(req));
+      return noContent(reply);
+    });
+    api.get(`${one}/versions`, async (req: Req) => {
+      const s = scope(req);
+      return ok(service.versions(s, id(req)));
+    });
+    api.get(`${one}/versions/:version`, async (req: Req) => {
+      const s = scope(req);
+      return ok(service.version(s, id(req), req.params.version));
+    });
+    api.delete(`${one}/versions/:version`, async (req: Req, reply) => {
+      const s = scope(req);
+      service.deleteVersion(s, id(req), req.params.version, dryRunOf(req));
+      return noContent(reply);
+    });
+    api.post(`${one}/rules`, async (req: Req, reply) => {
+      const s = scope(req);
+      return written(reply, service.addRule(s, id(req), req.body, dryRunOf(req)));
+    });
+    api.patch(`${one}/rules/:rule_id`, async (req: Req, reply) => {
+      const s = scope(req);
+      return written(reply, service.editRule(s, id(req), ruleId(req), req.body, dryRunOf(req)));
+    });
+    api.delete(`${one}/rules/:rule_id`, async (req: Req, reply) => {
+      const s = scope(req);
+      return written(reply, service.deleteRule(s, id(req), ruleId(req), dryRunOf(req)));
+    });
+  }
+  // Rules of a managed ruleset version by tag: account level only, as on Cloudflare.
+  api.get('/accounts/:account_id/rulesets/:ruleset_id/versions/:version/by_tag/:rule_tag', async (req: Req) => {
+    const s = scope(req);
+    return ok(service.byTag(s, id(req), req.params.version, req.params.rule_tag));
+  });
+}

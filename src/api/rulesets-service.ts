@@ -1,0 +1,661 @@
+// The Rulesets API's behaviour, independent of HTTP: visibility by account and
+// zone, kinds and phases, one entrypoint per phase and level, immutable
+// versions numbered "1", "2", ... and never reused, stable rule ids whose
+// version moves only when their definition changes, rule positions, execute
+// references, the deletion rules, and dry runs. Every write validates first
+// and runs in one IMMEDIATE transaction, so concurrent writers stay linear.
+
+import type { MoatError } from '../errors/index.js';
+import { ListStore, newId, nowStamp, RulesetStore, type Database, type RulesetRow, type StoredRule } from '../store/index.js';
+import { ApiErrors, apiError, invalidField } from './api-error.js';
+import type { Scope } from './auth.js';
+import type { ApiLimits } from './limits.js';
+import { validateRule, type ManagedTarget, type RuleEnv, type RuleInput } from './rule-input.js';
+
+/** Phases of the network layer Moat filters; `magic_transit*` are accepted as aliases. */
+export const PHASES: readonly string[] = ['network_transit', 'network_transit_managed', 'network_transit_ratelimit', 'network_transit_ids_managed'];
+
+/** The phase name Moat stores for a phase a client sent, or undefined for an unknown one. */
+export function canonicalPhase(phase: string): string | undefined {
+  const p = phase.startsWith('magic_transit') ? 'network_transit' + phase.slice('magic_transit'.length) : phase;
+  return PHASES.includes(p) ? p : undefined;
+}
+
+/** A ruleset as the API returns it. */
+export interface RulesetView {
+  id: string;
+  name: string;
+  description: string;
+  kind: string;
+  phase: string;
+  version: string;
+  last_updated: string;
+  rules?: StoredRule[];
+}
+
+function isObject(v: unknown): v is Record<string, unknown> {
+  return typeof v === 'object' && v !== null && !Array.isArray(v);
+}
+
+const RULE_DEF_FIELDS = ['action', 'expression', 'description', 'enabled', 'action_parameters', 'logging', 'ref'] as const;
+
+function sameDefinition(a: StoredRule, b: StoredRule): boolean {
+  return RULE_DEF_FIELDS.every((k) => JSON.stringify(a[k]) === JSON.stringify(b[k]));
+}
+
+/** Where a rule goes: `position` of an add or PATCH. */
+type Position = { kind: 'before' | 'after'; ruleId: string } | { kind: 'index'; index: number };
+
+/** Rulesets of one database, as the API sees them. */
+export class RulesetService {
+  readonly rulesets: RulesetStore;
+  private readonly lists: ListStore;
+
+  constructor(
+    private readonly store: Database,
+    private readonly limits: ApiLimits,
+  ) {
+    this.rulesets = new RulesetStore(store);
+    this.lists = new ListStore(store);
+  }
+
+  // ---- reading -------------------------------------------------------------
+
+  private visible(row: RulesetRow | undefined, scope: Scope): row is RulesetRow {
+    if (row === undefined) return false;
+    if (row.kind === 'managed') return true;
+    return scope.level === 'account' ? row.account_id === scope.accountId && row.zone_id === null : row.zone_id === scope.zoneId;
+  }
+
+  private find(scope: Scope, id: string): RulesetRow {
+    const row = this.rulesets.get(id);
+    if (!this.visible(row, scope)) throw apiError('RULESET_NOT_FOUND', `Could not find ruleset ${id}`);
+    return row;
+  }
+
+  private writable(scope: Scope, id: string): RulesetRow {
+    const row = this.find(scope, id);
+    if (row.kind === 'managed') throw apiError('RULESET_MANAGED_READONLY', 'Managed rulesets cannot be changed; deploy them with an execute rule and use overrides');
+    return row;
+  }
+
+  /** The view of one version; customers see managed rules without their expressions. */
+  view(row: RulesetRow, version: number, withRules = true, operator = false): RulesetView {
+    const v = this.rulesets.version(row.id, version);
+    if (v === undefined) throw apiError('RULESET_VERSION_NOT_FOUND', `Could not find version ${version} of ruleset ${row.id}`);
+    const out: RulesetView = {
+      id: row.id,
+      name: row.name,
+      description: v.description,
+      kind: row.kind,
+      phase: row.phase,
+      version: String(v.version),
+      last_updated: v.last_updated,
+    };
+    if (withRules) {
+      out.rules = row.kind === 'managed' && !operator ? v.rules.map(({ expression: _e, ...rest }) => rest as StoredRule) : v.rules;
+    }
+    return out;
+  }
+
+  /** Rulesets at a level (without rules), a page at a time. */
+  list(scope: Scope, cursor: string | undefined, perPage: number): { result: RulesetView[]; cursor: string | undefined } {
+    let after = 0;
+    if (cursor !== undefined && cursor !== '') {
+      after = Number(Buffer.from(cursor, 'base64url').toString());
+      if (!Number.isSafeInteger(after) || after < 0) throw apiError('API_BAD_QUERY', 'invalid cursor', { pointer: '' });
+    }
+    return this.store.read(() => {
+      const rows = this.rulesets.list({ accountId: scope.accountId, zoneId: scope.zoneId }, after, perPage + 1);
+      const page = rows.slice(0, perPage);
+      const more = rows.length > perPage;
+      return {
+        result: page.map((r) => this.view(r, r.latest_version, false)),
+        cursor: more ? Buffer.from(String(page[page.length - 1]!.rowid)).toString('base64url') : undefined,
+      };
+    });
+  }
+
+  /** The latest version of a ruleset. */
+  get(scope: Scope, id: string): RulesetView {
+    return this.store.read(() => {
+      const row = this.find(scope, id);
+      return this.view(row, row.latest_version);
+    });
+  }
+
+  /** Every version of a ruleset, without rules. */
+  versions(scope: Scope, id: string): RulesetView[] {
+    return this.store.read(() => {
+      const row = this.find(scope, id);
+      return this.rulesets.versions(row.id).map((v) => this.view(row, v.version, false));
+    });
+  }
+
+  /** One version of a ruleset. */
+  version(scope: Scope, id: string, version: string): RulesetView {
+    return this.store.read(() => this.view(this.find(scope, id), versionNumber(version, id)));
+  }
+
+  /** The rules of one version that carry `tag` in their categories. */
+  byTag(scope: Scope, id: string, version: string, tag: string): RulesetView {
+    return this.store.read(() => {
+      const v = this.view(this.find(scope, id), versionNumber(version, id));
+      v.rules = (v.rules ?? []).filter((r) => (r.categories ?? []).includes(tag));
+      return v;
+    });
+  }
+
+  private entrypointRow(scope: Scope, phase: string): RulesetRow {
+    const p = canonicalPhase(phase);
+    if (p === undefined) throw apiError('RULESET_BAD_PHASE_NAME', `'${phase}' is not a valid phase; phases are ${PHASES.join(', ')}`);
+    const row = this.rulesets.entrypoint({ accountId: scope.accountId, zoneId: scope.zoneId }, p);
+    if (row === undefined) throw apiError('ENTRYPOINT_NOT_FOUND', `could not find entrypoint ruleset in the ${phase} phase`);
+    return row;
+  }
+
+  /** The entrypoint of a phase (404 with 10003 when there is none). */
+  entrypoint(scope: Scope, phase: string): RulesetView {
+    return this.store.read(() => {
+      const row = this.entrypointRow(scope, phase);
+      return this.view(row, row.latest_version);
+    });
+  }
+
+  /** Versions of an entrypoint; [] when the entrypoint does not exist. */
+  entrypointVersions(scope: Scope, phase: string): RulesetView[] {
+    return this.store.read(() => {
+      let row: RulesetRow;
+      try {
+        row = this.entrypointRow(scope, phase);
+      } catch (err) {
+        if ((err as MoatError).errorName === 'ENTRYPOINT_NOT_FOUND') return [];
+        throw err;
+      }
+      return this.rulesets.versions(row.id).map((v) => this.view(row, v.version, false));
+    });
+  }
+
+  /** One version of an entrypoint. */
+  entrypointVersion(scope: Scope, phase: string, version: string): RulesetView {
+    return this.store.read(() => {
+      const row = this.entrypointRow(scope, phase);
+      return this.view(row, versionNumber(version, row.id));
+    });
+  }
+
+  // ---- validation ------------------------------------------------------------
+
+  private managedTarget(id: string): ManagedTarget | undefined {
+    const row = this.rulesets.get(id);
+    if (row === undefined || row.kind !== 'managed') return undefined;
+    const versions = new Set(this.rulesets.versions(id).map((v) => v.version));
+    return {
+      id,
+      versions,
+      rulesAt: (v) => this.rulesets.version(id, v ?? row.latest_version)?.rules,
+    };
+  }
+
+  private env(scope: Scope | null, kind: string): RuleEnv {
+    return {
+      lists: scope === null ? new Set() : this.lists.accountListNames(scope.accountId),
+      maxExpressionLength: this.limits.maxExpressionLength,
+      managed: (id) => this.managedTarget(id),
+      allowExecute: kind === 'root' || kind === 'zone',
+      allowAccountLists: kind !== 'managed',
+    };
+  }
+
+  /** Validates a `rules` array; throws every error at once. */
+  private validateRules(rules: unknown, at: string, env: RuleEnv): RuleInput[] {
+    if (rules === undefined || rules === null) return [];
+    if (!Array.isArray(rules)) throw new ApiErrors([invalidField(at, '"rules" must be an array')]);
+    if (rules.length > this.limits.maxRules) {
+      throw apiError('RULESET_TOO_MANY_RULES', `a ruleset holds at most ${this.limits.maxRules} rules; this one has ${rules.length}`, { pointer: at });
+    }
+    const errors: MoatError[] = [];
+    const out: RuleInput[] = [];
+    rules.forEach((r, i) => {
+      const v = validateRule(r, `${at}/${i}`, env);
+      errors.push(...v.errors);
+      if (v.rule !== undefined) out.push(v.rule);
+    });
+    if (errors.length > 0) throw new ApiErrors(errors);
+    return out;
+  }
+
+  /**
+   * Turns validated inputs into stored rules for version `version`: a rule
+   * sent with its id (or its ref) keeps its identity, and keeps its version and
+   * last_updated when its definition did not change.
+   */
+  private materialise(inputs: readonly RuleInput[], previous: readonly StoredRule[], version: number, now: string, at: string): StoredRule[] {
+    const byId = new Map(previous.map((r) => [r.id, r]));
+    const byRef = new Map(previous.map((r) => [r.ref, r]));
+    const used = new Set<string>();
+    const errors: MoatError[] = [];
+    const out = inputs.map((input, i) => {
+      let prev: StoredRule | undefined;
+      if (input.id !== undefined) {
+        prev = byId.get(input.id);
+        if (prev === undefined) errors.push(apiError('RULE_NOT_FOUND', `rule ${input.id} is not in this ruleset; leave "id" out to add a new rule`, { pointer: `${at}/${i}/id` }));
+      } else if (input.ref !== undefined) {
+        prev = byRef.get(input.ref);
+      }
+      if (prev !== undefined) {
+        if (used.has(prev.id)) errors.push(apiError('RULE_DUPLICATE_ID', `rule ${prev.id} appears twice`, { pointer: `${at}/${i}` }));
+        used.add(prev.id);
+      }
+      return this.stored(input, prev, version, now);
+    });
+    if (errors.length > 0) throw new ApiErrors(errors);
+    return out;
+  }
+
+  private stored(input: RuleInput, prev: StoredRule | undefined, version: number, now: string): StoredRule {
+    const id = prev?.id ?? newId();
+    const rule: StoredRule = {
+      id,
+      version: String(version),
+      action: input.action,
+      expression: input.expression,
+      description: input.description,
+      last_updated: now,
+      ref: input.ref ?? prev?.ref ?? id,
+      enabled: input.enabled,
+    };
+    if (input.action_parameters !== undefined) rule.action_parameters = input.action_parameters;
+    if (input.logging !== undefined) rule.logging = input.logging;
+    if (prev?.categories !== undefined) rule.categories = prev.categories;
+    if (prev !== undefined && sameDefinition(prev, rule)) {
+      rule.version = prev.version;
+      rule.last_updated = prev.last_updated;
+    }
+    return rule;
+  }
+
+  private refsOf(rules: readonly StoredRule[], inputs: readonly RuleInput[]): { lists: string[]; executes: { id: string; version: number | null }[] } {
+    void rules;
+    return {
+      lists: [...new Set(inputs.flatMap((r) => r.lists))],
+      executes: inputs.flatMap((r) => (r.execute === undefined ? [] : [r.execute])),
+    };
+  }
+
+  /** Re-validates stored rules (for add/patch/delete, the other rules are re-checked too: a list may have gone). */
+  private inputsOf(rules: readonly StoredRule[], env: RuleEnv, at: string): RuleInput[] {
+    const errors: MoatError[] = [];
+    const out: RuleInput[] = [];
+    rules.forEach((r, i) => {
+      const { version: _v, last_updated: _l, categories: _c, ...body } = r;
+      const v = validateRule(body, `${at}/${i}`, env);
+      errors.push(...v.errors);
+      if (v.rule !== undefined) out.push(v.rule);
+    });
+    if (errors.length > 0) throw new ApiErrors(errors);
+    return out;
+  }
+
+  // ---- writing ---------------------------------------------------------------
+
+  /** Runs a write, or (dry run) validates it and rolls everything back. */
+  private writeTx<T>(dryRun: boolean, fn: () => T): T | null {
+    if (!dryRun) return this.store.write(fn);
+    const DRY = Symbol('dry run');
+    let value: T | undefined;
+    try {
+      this.store.write(() => {
+        value = fn();
+        throw DRY;
+      });
+    } catch (err) {
+      if (err !== DRY) throw err;
+    }
+    void value;
+    return null;
+  }
+
+  /** POST /rulesets: creates a ruleset with version 1. */
+  create(scope: Scope, body: unknown, dryRun: boolean): RulesetView | null {
+    if (!isObject(body)) throw new ApiErrors([invalidField('', 'the body must be a ruleset object')]);
+    const errors: MoatError[] = [];
+    const name = body['name'];
+    if (typeof name !== 'string' || name.trim() === '') errors.push(invalidField('/name', 'a ruleset needs a "name"'));
+    else if (name.length > 200) errors.push(invalidField('/name', '"name" is longer than 200 characters'));
+    const description = body['description'] ?? '';
+    if (typeof description !== 'string' || description.length > 500) errors.push(invalidField('/description', '"description" must be a string of at most 500 characters'));
+    const phaseIn = body['phase'];
+    const phase = typeof phaseIn === 'string' ? canonicalPhase(phaseIn) : undefined;
+    if (phase === undefined) errors.push(apiError('RULESET_BAD_PHASE_NAME', `${JSON.stringify(phaseIn)} is not a valid value for phase; phases are ${PHASES.join(', ')}`, { pointer: '/phase' }));
+    const kind = body['kind'];
+    const allowedKinds = scope.level === 'account' ? ['root', 'custom'] : ['zone'];
+    if (typeof kind !== 'string' || !allowedKinds.includes(kind)) {
+      errors.push(
+        apiError(
+          'RULESET_BAD_KIND',
+          kind === 'managed'
+            ? "'managed' is not a valid value for kind: managed rulesets are imported by the operator (moat managed import)"
+            : `${JSON.stringify(kind)} is not a valid value for kind at ${scope.level} level; use ${allowedKinds.join(' or ')}`,
+          { pointer: '/kind' },
+        ),
+      );
+    }
+    for (const k of Object.keys(body)) {
+      if (!['name', 'description', 'kind', 'phase', 'rules', 'id', 'version', 'last_updated'].includes(k)) errors.push(invalidField(`/${k}`, `unknown ruleset field "${k}"`));
+    }
+    if (errors.length > 0) throw new ApiErrors(errors);
+    return this.writeTx(dryRun, () => {
+      if (kind === 'root' || kind === 'zone') {
+        if (this.rulesets.entrypoint({ accountId: scope.accountId, zoneId: scope.zoneId }, phase!) !== undefined) {
+          throw apiError('RULESET_KIND_LIMIT', `'${kind}' is not a valid value for kind because exceeded maximum number of ${kind} rulesets for phase ${phase}`, { pointer: '/kind' });
+        }
+      }
+      const inputs = this.validateRules(body['rules'], '/rules', this.env(scope, kind as string));
+      return this.insertNew(scope, { name: name as string, description: description as string, kind: kind as string, phase: phase! }, inputs);
+    });
+  }
+
+  private insertNew(scope: Scope, meta: { name: string; description: string; kind: string; phase: string }, inputs: RuleInput[]): RulesetView {
+    const id = newId();
+    const now = nowStamp();
+    this.rulesets.insert({ id, account_id: scope.accountId, zone_id: scope.zoneId, ...meta, created_on: now });
+    const rules = this.materialise(inputs, [], 1, now, '/rules');
+    const v = this.rulesets.addVersion(id, meta.description, now, rules, this.refsOf(rules, inputs));
+    return this.view(this.rulesets.get(id)!, v);
+  }
+
+  private checkImmutable(row: RulesetRow, body: Record<string, unknown>): void {
+    const errors: MoatError[] = [];
+    for (const k of ['name', 'kind', 'phase'] as const) {
+      const v = body[k];
+      if (v === undefined || v === null) continue;
+      const current = row[k];
+      const same = k === 'phase' ? typeof v === 'string' && canonicalPhase(v) === current : v === current;
+      if (!same) errors.push(apiError('RULESET_IMMUTABLE', `"${k}" of a ruleset cannot change (it is ${JSON.stringify(current)})`, { pointer: `/${k}` }));
+    }
+    const d = body['description'];
+    if (d !== undefined && (typeof d !== 'string' || d.length > 500)) errors.push(invalidField('/description', '"description" must be a string of at most 500 characters'));
+    if (errors.length > 0) throw new ApiErrors(errors);
+  }
+
+  private replaceRules(row: RulesetRow, scope: Scope, body: Record<string, unknown>): RulesetView {
+    this.checkImmutable(row, body);
+    const latest = this.rulesets.version(row.id, row.latest_version)!;
+    const inputs = this.validateRules(body['rules'], '/rules', this.env(scope, row.kind));
+    const next = row.last_version + 1;
+    const now = nowStamp();
+    const rules = this.materialise(inputs, latest.rules, next, now, '/rules');
+    const description = typeof body['description'] === 'string' ? body['description'] : latest.description;
+    const v = this.rulesets.addVersion(row.id, description, now, rules, this.refsOf(rules, inputs));
+    return this.view(this.rulesets.get(row.id)!, v);
+  }
+
+  /** PUT /rulesets/{id}: a new version with exactly the rules sent. */
+  update(scope: Scope, id: string, body: unknown, dryRun: boolean): RulesetView | null {
+    if (!isObject(body)) throw new ApiErrors([invalidField('', 'the body must be a ruleset object')]);
+    return this.writeTx(dryRun, () => this.replaceRules(this.writable(scope, id), scope, body));
+  }
+
+  /** PUT /rulesets/phases/{phase}/entrypoint: updates the entrypoint, creating it when missing. */
+  putEntrypoint(scope: Scope, phase: string, body: unknown, dryRun: boolean): RulesetView | null {
+    if (!isObject(body)) throw new ApiErrors([invalidField('', 'the body must be a ruleset object')]);
+    const p = canonicalPhase(phase);
+    if (p === undefined) throw apiError('RULESET_BAD_PHASE_NAME', `'${phase}' is not a valid phase; phases are ${PHASES.join(', ')}`);
+    const kind = scope.level === 'account' ? 'root' : 'zone';
+    return this.writeTx(dryRun, () => {
+      const row = this.rulesets.entrypoint({ accountId: scope.accountId, zoneId: scope.zoneId }, p);
+      if (row !== undefined) return this.replaceRules(row, scope, body);
+      const name = body['name'] ?? 'default';
+      const description = body['description'] ?? '';
+      if (typeof name !== 'string' || name.trim() === '') throw new ApiErrors([invalidField('/name', '"name" must be a non-empty string')]);
+      if (typeof description !== 'string' || description.length > 500) throw new ApiErrors([invalidField('/description', '"description" must be a string of at most 500 characters')]);
+      if (body['kind'] !== undefined && body['kind'] !== kind) throw apiError('RULESET_BAD_KIND', `an entrypoint at ${scope.level} level has kind "${kind}"`, { pointer: '/kind' });
+      const inputs = this.validateRules(body['rules'], '/rules', this.env(scope, kind));
+      return this.insertNew(scope, { name, description, kind, phase: p }, inputs);
+    });
+  }
+
+  /** POST /rulesets/{id}/rules: adds one rule at a position (default: last). */
+  addRule(scope: Scope, id: string, body: unknown, dryRun: boolean): RulesetView | null {
+    if (!isObject(body)) throw new ApiErrors([invalidField('', 'the body must be a rule object')]);
+    return this.writeTx(dryRun, () => {
+      const row = this.writable(scope, id);
+      const env = this.env(scope, row.kind);
+      const { position: _p, ...ruleBody } = body;
+      const v = validateRule(ruleBody, '', env);
+      if (v.rule === undefined) throw new ApiErrors(v.errors);
+      if (v.rule.id !== undefined) throw apiError('API_INVALID_FIELD', 'a new rule gets its id from the server; leave "id" out', { pointer: '/id' });
+      const latest = this.rulesets.version(row.id, row.latest_version)!;
+      if (latest.rules.length + 1 > this.limits.maxRules) {
+        throw apiError('RULESET_TOO_MANY_RULES', `a ruleset holds at most ${this.limits.maxRules} rules`, { pointer: '' });
+      }
+      const position = parsePosition(body['position'], latest.rules, true);
+      const next = row.last_version + 1;
+      const now = nowStamp();
+      const rule = this.stored(v.rule, undefined, next, now);
+      const rules = insertAt([...latest.rules], rule, position);
+      const inputs = this.inputsOf(rules, env, '/rules');
+      const version = this.rulesets.addVersion(row.id, latest.description, now, rules, this.refsOf(rules, inputs));
+      return this.view(this.rulesets.get(row.id)!, version);
+    });
+  }
+
+  /** PATCH /rulesets/{id}/rules/{rule_id}: replaces one rule's definition and/or moves it. */
+  editRule(scope: Scope, id: string, ruleId: string, body: unknown, dryRun: boolean): RulesetView | null {
+    if (!isObject(body)) throw new ApiErrors([invalidField('', 'the body must be a rule object')]);
+    return this.writeTx(dryRun, () => {
+      const row = this.writable(scope, id);
+      const env = this.env(scope, row.kind);
+      const latest = this.rulesets.version(row.id, row.latest_version)!;
+      const index = latest.rules.findIndex((r) => r.id === ruleId);
+      if (index < 0) throw apiError('RULE_NOT_FOUND', `Could not find rule ${ruleId} in ruleset ${row.id}`);
+      const prev = latest.rules[index]!;
+      const next = row.last_version + 1;
+      const now = nowStamp();
+      const { position: positionBody, ...ruleBody } = body;
+      const onlyMove = Object.keys(ruleBody).filter((k) => k !== 'id').length === 0;
+      if (ruleBody['id'] !== undefined && ruleBody['id'] !== ruleId) throw apiError('API_INVALID_FIELD', 'the "id" in the body is not the rule of the path', { pointer: '/id' });
+      let rule = prev;
+      if (!onlyMove) {
+        const v = validateRule({ ...ruleBody, id: ruleId }, '', env);
+        if (v.rule === undefined) throw new ApiErrors(v.errors);
+        rule = this.stored(v.rule, prev, next, now);
+      } else if (positionBody === undefined) {
+        throw new ApiErrors([invalidField('', 'send the rule\'s new definition (every field, as Cloudflare requires), a "position", or both')]);
+      }
+      const rest = latest.rules.filter((r) => r.id !== ruleId);
+      const rules =
+        positionBody === undefined ? latest.rules.map((r) => (r.id === ruleId ? rule : r)) : insertAt(rest, rule, parsePosition(positionBody, rest, false));
+      const inputs = this.inputsOf(rules, env, '/rules');
+      const version = this.rulesets.addVersion(row.id, latest.description, now, rules, this.refsOf(rules, inputs));
+      return this.view(this.rulesets.get(row.id)!, version);
+    });
+  }
+
+  /** DELETE /rulesets/{id}/rules/{rule_id}: a new version without that rule. */
+  deleteRule(scope: Scope, id: string, ruleId: string, dryRun: boolean): RulesetView | null {
+    return this.writeTx(dryRun, () => {
+      const row = this.writable(scope, id);
+      const latest = this.rulesets.version(row.id, row.latest_version)!;
+      if (!latest.rules.some((r) => r.id === ruleId)) throw apiError('RULE_NOT_FOUND', `Could not find rule ${ruleId} in ruleset ${row.id}`);
+      const rules = latest.rules.filter((r) => r.id !== ruleId);
+      // The remaining rules are not re-validated here: deleting a rule must
+      // work even when another rule names a list that was removed since.
+      const refs = {
+        lists: [...new Set(rules.flatMap((r) => [...r.expression.matchAll(/\$([A-Za-z0-9_.]+)/g)].map((m) => m[1]!)))],
+        executes: rules.flatMap((r) => (r.action === 'execute' && typeof r.action_parameters?.['id'] === 'string' ? [executeRef(r)] : [])),
+      };
+      const version = this.rulesets.addVersion(row.id, latest.description, nowStamp(), rules, refs);
+      return this.view(this.rulesets.get(row.id)!, version);
+    });
+  }
+
+  /** DELETE /rulesets/{id}: every version goes. Refused while an execute rule deploys it. */
+  delete(scope: Scope, id: string, dryRun: boolean): void {
+    this.writeTx(dryRun, () => {
+      const row = this.writable(scope, id);
+      this.deleteChecked(row);
+    });
+  }
+
+  private deleteChecked(row: RulesetRow): void {
+    const users = this.rulesets.executedBy(row.id);
+    if (users.length > 0) {
+      throw apiError('RULESET_IN_USE', `ruleset ${row.id} is deployed by an execute rule in ruleset ${users[0]!.ruleset_id}; remove that rule first`);
+    }
+    this.rulesets.delete(row.id);
+  }
+
+  /** DELETE /rulesets/{id}/versions/{v}: refused for the latest version of a deployed ruleset, and for the only version. */
+  deleteVersion(scope: Scope, id: string, version: string, dryRun: boolean): void {
+    this.writeTx(dryRun, () => {
+      const row = this.writable(scope, id);
+      this.deleteVersionChecked(row, versionNumber(version, id));
+    });
+  }
+
+  private deleteVersionChecked(row: RulesetRow, v: number): void {
+    if (this.rulesets.version(row.id, v) === undefined) throw apiError('RULESET_VERSION_NOT_FOUND', `Could not find version ${v} of ruleset ${row.id}`);
+    const users = this.rulesets.executedBy(row.id);
+    if (users.some((u) => u.target_version === v || (u.target_version === null && v === row.latest_version))) {
+      throw apiError('RULESET_IN_USE', `version ${v} of ruleset ${row.id} is deployed by an execute rule in ruleset ${users[0]!.ruleset_id}`);
+    }
+    if (this.rulesets.versions(row.id).length === 1) {
+      throw apiError('RULESET_LAST_VERSION', `version ${v} is the only version of ruleset ${row.id}; delete the ruleset instead`);
+    }
+    this.rulesets.deleteVersion(row.id, v);
+    if (v === row.latest_version) {
+      // The references describe the latest version, which is now an older one.
+      const now = this.rulesets.get(row.id)!;
+      const rules = this.rulesets.version(row.id, now.latest_version)!.rules;
+      this.rulesets.setRefs(row.id, {
+        lists: [...new Set(rules.flatMap((r) => [...r.expression.matchAll(/\$([A-Za-z0-9_.]+)/g)].map((m) => m[1]!)))],
+        executes: rules.flatMap((r) => (r.action === 'execute' && typeof r.action_parameters?.['id'] === 'string' ? [executeRef(r)] : [])),
+      });
+    }
+  }
+
+  // ---- operator ----------------------------------------------------------------
+
+  /**
+   * Imports a managed ruleset (operator command): creates it, or adds a new
+   * version to the managed ruleset of the same name. Rules keep their ids when
+   * the file gives them. Returns the operator's view (with expressions).
+   */
+  importManaged(doc: unknown): RulesetView {
+    if (!isObject(doc)) throw new ApiErrors([invalidField('', 'a managed ruleset file holds a ruleset object')]);
+    const body = 'result' in doc && isObject(doc['result']) ? doc['result'] : doc;
+    const name = body['name'];
+    if (typeof name !== 'string' || name.trim() === '') throw new ApiErrors([invalidField('/name', 'a managed ruleset needs a "name"')]);
+    const description = typeof body['description'] === 'string' ? body['description'] : '';
+    const phase = canonicalPhase(typeof body['phase'] === 'string' ? body['phase'] : 'network_transit_managed');
+    if (phase === undefined) throw apiError('RULESET_BAD_PHASE_NAME', `phase ${JSON.stringify(body['phase'])} is not one of ${PHASES.join(', ')}`, { pointer: '/phase' });
+    const rulesIn = body['rules'];
+    if (!Array.isArray(rulesIn)) throw new ApiErrors([invalidField('/rules', '"rules" must be an array')]);
+    const errors: MoatError[] = [];
+    rulesIn.forEach((r, i) => {
+      if (!isObject(r)) return;
+      const c = r['categories'];
+      if (c !== undefined && (!Array.isArray(c) || !c.every((x) => typeof x === 'string'))) errors.push(invalidField(`/rules/${i}/categories`, '"categories" is an array of strings'));
+      if (r['action'] !== 'block' && r['action'] !== 'log') errors.push(apiError('RULESET_BAD_ACTION', 'managed rules are block or log rules', { pointer: `/rules/${i}/action` }));
+    });
+    if (errors.length > 0) throw new ApiErrors(errors);
+    return this.store.write(() => {
+      const env = this.env(null, 'managed');
+      const stripped = rulesIn.map((r: Record<string, unknown>) => {
+        const { categories: _c, ...rest } = r;
+        return rest;
+      });
+      const existing = this.rulesets.managedByName(name);
+      const now = nowStamp();
+      let id: string;
+      let previous: StoredRule[] = [];
+      if (existing === undefined) {
+        id = newId();
+        this.rulesets.insert({ id, account_id: null, zone_id: null, kind: 'managed', phase, name, description, created_on: now });
+      } else {
+        id = existing.id;
+        previous = this.rulesets.version(id, existing.latest_version)!.rules;
+      }
+      // Rules named by id keep it (a new id is accepted too: the operator owns the ids).
+      const inputs = this.validateRules(stripped, '/rules', env);
+      const row = this.rulesets.get(id)!;
+      const rules = inputs.map((input, i) => {
+        const prev = previous.find((p) => p.id === input.id);
+        const r = this.stored({ ...input, id: undefined }, prev, row.last_version + 1, now);
+        if (prev === undefined && input.id !== undefined) r.id = input.id;
+        if (r.ref === r.id || prev === undefined) r.ref = input.ref ?? r.id;
+        const cats = (rulesIn[i] as Record<string, unknown>)['categories'];
+        if (Array.isArray(cats)) r.categories = cats as string[];
+        if (prev !== undefined && JSON.stringify(prev.categories) !== JSON.stringify(r.categories)) {
+          r.version = String(row.last_version + 1);
+          r.last_updated = now;
+        }
+        return r;
+      });
+      const v = this.rulesets.addVersion(id, description, now, rules, { lists: [], executes: [] });
+      return this.view(this.rulesets.get(id)!, v, true, true);
+    });
+  }
+
+  /** Every managed ruleset (operator view, latest versions). */
+  listManaged(): RulesetView[] {
+    return this.store.read(() =>
+      (this.store.db.prepare("SELECT id FROM rulesets WHERE kind = 'managed' ORDER BY name").all() as { id: string }[]).map((r) => {
+        const row = this.rulesets.get(r.id)!;
+        return this.view(row, row.latest_version, true, true);
+      }),
+    );
+  }
+}
+
+function executeRef(r: StoredRule): { id: string; version: number | null } {
+  const v = r.action_parameters?.['version'];
+  return { id: r.action_parameters!['id'] as string, version: typeof v === 'string' && /^\d+$/.test(v) ? Number(v) : null };
+}
+
+/** Parses a version path segment ("1", "2", ...). */
+export function versionNumber(v: string, rulesetId: string): number {
+  if (!/^[1-9][0-9]{0,15}$/.test(v)) throw apiError('RULESET_VERSION_NOT_FOUND', `Could not find version ${v} of ruleset ${rulesetId}`);
+  return Number(v);
+}
+
+function parsePosition(p: unknown, rules: readonly StoredRule[], adding: boolean): Position | undefined {
+  if (p === undefined || p === null) return undefined;
+  const bad = (m: string, at = '/position'): never => {
+    throw apiError('RULE_BAD_POSITION', m, { pointer: at });
+  };
+  if (!isObject(p)) bad('"position" is {"before": id}, {"after": id} or {"index": n}');
+  const o = p as Record<string, unknown>;
+  const keys = Object.keys(o);
+  if (keys.length !== 1) bad('"position" takes exactly one of before, after, index');
+  const k = keys[0]!;
+  if (k === 'index') {
+    const n = o['index'];
+    const max = rules.length + 1;
+    if (typeof n !== 'number' || !Number.isInteger(n) || n < 1 || n > max) bad(`"index" must be an integer from 1 to ${max}${adding ? '' : ''}`, '/position/index');
+    return { kind: 'index', index: n as number };
+  }
+  if (k === 'before' || k === 'after') {
+    const id = o[k];
+    if (typeof id !== 'string') bad(`"${k}" is a rule id, or "" for the ${k === 'before' ? 'top' : 'bottom'}`, `/position/${k}`);
+    if (id !== '' && !rules.some((r) => r.id === id)) bad(`there is no rule ${id as string} to put this rule ${k}`, `/position/${k}`);
+    return { kind: k, ruleId: id as string };
+  }
+  return bad(`unknown position "${k}"; use before, after or index`);
+}
+
+function insertAt(rules: StoredRule[], rule: StoredRule, position: Position | undefined): StoredRule[] {
+  if (position === undefined) return [...rules, rule];
+  let at: number;
+  if (position.kind === 'index') at = position.index - 1;
+  else if (position.ruleId === '') at = position.kind === 'before' ? 0 : rules.length;
+  else {
+    const i = rules.findIndex((r) => r.id === position.ruleId);
+    at = position.kind === 'before' ? i : i + 1;
+  }
+  const out = [...rules];
+  out.splice(at, 0, rule);
+  return out;
+}

@@ -1,0 +1,58 @@
+// `moat managed`: the operator's managed rulesets. A managed ruleset (rules
+// with `categories` tags) is imported from a JSON file; customers deploy it
+// with an execute rule in their entrypoint and may override it by category or
+// rule, but cannot change it through the API.
+
+import { readFileSync } from 'node:fs';
+import type { Command } from 'commander';
+import { ApiErrors, DEFAULT_API_LIMITS, RulesetService } from '../../api/index.js';
+import { MoatError } from '../../errors/index.js';
+import { Database } from '../../store/index.js';
+import { CliError, type Output } from '../output.js';
+import { DEFAULT_DATA_DIR } from './serve.js';
+
+/** Registers `moat managed import|list`. */
+export function registerManaged(program: Command, out: Output): void {
+  const managed = program.command('managed').description("operator commands for managed rulesets (deployed by customers with execute rules)");
+  managed
+    .command('import')
+    .description('import a managed ruleset from a JSON file (a new version when one of the same name exists)')
+    .option('--data-dir <dir>', 'directory of the database', DEFAULT_DATA_DIR)
+    .requiredOption('--file <path>', 'ruleset JSON: {name, description?, phase?, rules: [{action, expression, description?, categories?, enabled?, id?}]}')
+    .action((flags: { dataDir: string; file: string }) => {
+      let doc: unknown;
+      try {
+        doc = JSON.parse(readFileSync(flags.file, 'utf8'));
+      } catch (err) {
+        throw new CliError(`${flags.file}: ${(err as NodeJS.ErrnoException).code ?? (err as Error).message}`);
+      }
+      const store = Database.open(flags.dataDir);
+      try {
+        const v = new RulesetService(store, DEFAULT_API_LIMITS).importManaged(doc);
+        out.stdout(`imported managed ruleset "${v.name}" ${v.id} version ${v.version}: ${v.rules?.length ?? 0} rules`);
+      } catch (err) {
+        const errors = err instanceof ApiErrors ? err.errors : err instanceof MoatError ? [err] : undefined;
+        if (errors === undefined) throw err;
+        for (const e of errors) out.stderr(`moat: ${flags.file}: ${e.pointer === undefined ? '' : `at ${e.pointer || '/'}: `}error ${e.code}: ${e.message}`);
+        out.exitCode = 1;
+      } finally {
+        store.close();
+      }
+    });
+  managed
+    .command('list')
+    .description('list managed rulesets')
+    .option('--data-dir <dir>', 'directory of the database', DEFAULT_DATA_DIR)
+    .option('--json', 'print as JSON')
+    .action((flags: { dataDir: string; json?: boolean }) => {
+      const store = Database.open(flags.dataDir);
+      try {
+        const list = new RulesetService(store, DEFAULT_API_LIMITS).listManaged();
+        if (flags.json === true) out.stdout(JSON.stringify(list));
+        else for (const r of list) out.stdout(`${r.id}  ${r.name}  version ${r.version}  ${r.rules?.length ?? 0} rules  ${r.phase}`);
+        if (list.length === 0 && flags.json !== true) out.stdout('no managed rulesets');
+      } finally {
+        store.close();
+      }
+    });
+}

@@ -1,0 +1,90 @@
+// `moat serve`: the control plane. Opens (or creates) the SQLite database in
+// the data directory, applies schema migrations, creates a first user on an
+// empty database and says how to reach the API with it, then serves
+// Cloudflare's v4 API under /client/v4 until SIGTERM or SIGINT.
+
+import { writeFileSync } from 'node:fs';
+import { join } from 'node:path';
+import type { Command } from 'commander';
+import { pino } from 'pino';
+import { buildServer, BASE_PATH } from '../../api/index.js';
+import { Database, newId, Users } from '../../store/index.js';
+import { CliError, type Output } from '../output.js';
+
+/** The data directory when --data-dir is not given: $MOAT_DATA_DIR, else ./moat-data. */
+export const DEFAULT_DATA_DIR = process.env['MOAT_DATA_DIR'] ?? './moat-data';
+/** Where the API listens when --listen is not given. */
+export const DEFAULT_LISTEN = '127.0.0.1:8080';
+/** Email of the user created on an empty database. */
+export const FIRST_USER_EMAIL = 'admin@moat.local';
+
+interface ServeFlags {
+  dataDir: string;
+  listen: string;
+  logLevel: string;
+}
+
+/** Splits HOST:PORT (IPv6 hosts in brackets). */
+export function parseListen(s: string): { host: string; port: number } {
+  const m = /^(?:\[([^\]]+)\]|([^:]*)):(\d{1,5})$/.exec(s);
+  const port = m === null ? NaN : Number(m[3]);
+  if (m === null || port > 65535) throw new CliError(`--listen ${s}: expected HOST:PORT, e.g. 127.0.0.1:8080 or [::1]:8080`);
+  return { host: m[1] ?? (m[2] === '' ? '127.0.0.1' : m[2]!), port };
+}
+
+/** Registers `moat serve`. */
+export function registerServe(program: Command, out: Output): void {
+  program
+    .command('serve')
+    .description("run the control plane: Cloudflare's v4 Rulesets and Lists API on an embedded SQLite database")
+    .option('--data-dir <dir>', 'directory of the database (created when missing)', DEFAULT_DATA_DIR)
+    .option('--listen <host:port>', 'address to listen on', DEFAULT_LISTEN)
+    .option('--log-level <level>', 'log level: fatal, error, warn, info, debug', 'info')
+    .action(async (flags: ServeFlags) => {
+      const { host, port } = parseListen(flags.listen);
+      if (!['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'].includes(flags.logLevel)) throw new CliError(`--log-level ${flags.logLevel}: unknown level`);
+      const store = Database.open(flags.dataDir);
+      const users = new Users(store);
+      let first: { email: string; key: string; account: string } | undefined;
+      if (users.count() === 0) {
+        const account = newId();
+        const { key } = users.create({ email: FIRST_USER_EMAIL, accounts: [account] });
+        first = { email: FIRST_USER_EMAIL, key, account };
+        writeFileSync(join(flags.dataDir, 'first-user.json'), JSON.stringify({ email: FIRST_USER_EMAIL, key, account_id: account }, null, 2) + '\n', { mode: 0o600 });
+      }
+      const log = pino({ level: flags.logLevel, base: { service: 'moat-api' } });
+      const app = await buildServer({ store, users, logger: log });
+      try {
+        await app.listen({ host, port });
+      } catch (err) {
+        store.close();
+        throw new CliError(`cannot listen on ${flags.listen}: ${(err as Error).message}`);
+      }
+      const shown = host.includes(':') ? `[${host}]` : host;
+      const url = `http://${shown}:${port}${BASE_PATH}`;
+      out.stdout(`moat: control plane listening on ${url} (database ${store.file})`);
+      if (first !== undefined) {
+        out.stdout(`moat: created the first user (the key is shown once; it is also in ${join(flags.dataDir, 'first-user.json')}, mode 0600):`);
+        out.stdout(`  X-Auth-Email: ${first.email}`);
+        out.stdout(`  X-Auth-Key:   ${first.key}`);
+        out.stdout(`  account id:   ${first.account}`);
+        out.stdout(`  try: curl -s ${url}/accounts/${first.account}/rulesets -H 'X-Auth-Email: ${first.email}' -H 'X-Auth-Key: ${first.key}'`);
+      } else {
+        out.stdout(`moat: ${users.count()} user(s); manage them with: moat users list --data-dir ${flags.dataDir}`);
+      }
+      let closing = false;
+      const stop = (signal: string) => {
+        if (closing) return;
+        closing = true;
+        log.info({ signal }, 'stopping');
+        void app.close().finally(() => {
+          store.close();
+          log.flush();
+          process.exit(0);
+        });
+      };
+      process.once('SIGTERM', () => stop('SIGTERM'));
+      process.once('SIGINT', () => stop('SIGINT'));
+      await new Promise<never>(() => {});
+    });
+}

@@ -1,0 +1,115 @@
+// The embedded SQLite database: opening the file with durable settings, running
+// the schema migrations, and write transactions. better-sqlite3 is synchronous,
+// so within one process writes are naturally serialised; across processes (the
+// CLI writing while `moat serve` runs) the busy timeout and IMMEDIATE
+// transactions serialise them.
+
+import { mkdirSync } from 'node:fs';
+import { join } from 'node:path';
+import BetterSqlite3 from 'better-sqlite3';
+import { MoatError } from '../errors/index.js';
+import { MIGRATIONS } from './migrations.js';
+
+/** The database connection type. */
+export type Db = BetterSqlite3.Database;
+
+/** File name of the database inside the data directory. */
+export const DB_FILE = 'moat.db';
+
+/** Options of openDatabase. */
+export interface OpenOptions {
+  /** Use this file instead of `<dataDir>/moat.db` (":memory:" for tests). */
+  file?: string;
+  /** Milliseconds to wait for another writer (default 5000). */
+  busyTimeoutMs?: number;
+}
+
+/** An open database with its schema at the latest version. */
+export class Database {
+  readonly db: Db;
+  readonly file: string;
+
+  private constructor(db: Db, file: string) {
+    this.db = db;
+    this.file = file;
+  }
+
+  /** Opens (creating when missing) the database in `dataDir` and migrates it. */
+  static open(dataDir: string, options: OpenOptions = {}): Database {
+    let file = options.file;
+    if (file === undefined) {
+      try {
+        mkdirSync(dataDir, { recursive: true, mode: 0o700 });
+      } catch (err) {
+        throw new MoatError('STORE_OPEN', `${dataDir}: cannot create the data directory: ${(err as Error).message}`, { cause: err });
+      }
+      file = join(dataDir, DB_FILE);
+    }
+    let db: Db;
+    try {
+      db = new BetterSqlite3(file, { timeout: options.busyTimeoutMs ?? 5000 });
+      // WAL lets readers run beside the writer; synchronous=FULL makes every
+      // committed transaction durable before the API answers, so a kill -9 or a
+      // power cut never loses an acknowledged write.
+      db.pragma('journal_mode = WAL');
+      db.pragma('synchronous = FULL');
+      db.pragma('foreign_keys = ON');
+    } catch (err) {
+      throw new MoatError('STORE_OPEN', `${file}: cannot open the database: ${(err as Error).message}`, { cause: err });
+    }
+    const d = new Database(db, file);
+    d.migrate();
+    return d;
+  }
+
+  /** The schema version recorded in the file. */
+  get schemaVersion(): number {
+    return this.db.pragma('user_version', { simple: true }) as number;
+  }
+
+  private migrate(): void {
+    const current = this.schemaVersion;
+    if (current > MIGRATIONS.length) {
+      throw new MoatError(
+        'STORE_NEWER_SCHEMA',
+        `${this.file}: schema version ${current} is newer than this Moat knows (${MIGRATIONS.length}); upgrade Moat`,
+      );
+    }
+    for (let v = current; v < MIGRATIONS.length; v++) {
+      try {
+        this.write(() => {
+          this.db.exec(MIGRATIONS[v]!);
+          this.db.pragma(`user_version = ${v + 1}`);
+        });
+      } catch (err) {
+        throw new MoatError('STORE_MIGRATION', `${this.file}: migration ${v + 1} failed: ${(err as Error).message}`, { cause: err });
+      }
+    }
+  }
+
+  /**
+   * Runs `fn` in one IMMEDIATE transaction (the write lock is taken at BEGIN,
+   * so two writers never both read a version number and then both write it).
+   * Everything or nothing is committed.
+   */
+  write<T>(fn: () => T): T {
+    try {
+      return this.db.transaction(fn).immediate();
+    } catch (err) {
+      if ((err as { code?: string }).code === 'SQLITE_BUSY') {
+        throw new MoatError('STORE_BUSY', 'the database is busy (another writer holds it); try again', { cause: err });
+      }
+      throw err;
+    }
+  }
+
+  /** Runs `fn` in a read transaction (a consistent snapshot across several queries). */
+  read<T>(fn: () => T): T {
+    return this.db.transaction(fn).deferred();
+  }
+
+  /** Closes the file (checkpointing the WAL). */
+  close(): void {
+    if (this.db.open) this.db.close();
+  }
+}

@@ -1,0 +1,7 @@
+// Public face of the store: the embedded SQLite database, users and keys, and
+// the repositories of rulesets and lists.
+export { Database, DB_FILE, type Db, type OpenOptions } from './database.js';
+export { Users, isWellFormedEmail, isWellFormedKey, type Principal, type UserInfo } from './users.js';
+export { newId, isId, nowStamp } from './ids.js';
+export { ListStore } from './lists.js';
+export { RulesetStore, type StoredRule, type RulesetRow, type VersionRow, type Visibility, type Refs } from './rulesets.js';

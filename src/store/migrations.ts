@@ -1,0 +1,136 @@
+// The schema, as an ordered list of migrations. A migration is applied once, in
+// a transaction, and recorded in `user_version`; never edit one that shipped,
+// append a new one.
+
+/** Migrations in order; migration N (1-based) brings the schema to version N. */
+export const MIGRATIONS: readonly string[] = [
+  `
+  CREATE TABLE accounts (
+    id TEXT PRIMARY KEY,
+    created_on TEXT NOT NULL
+  ) STRICT;
+  CREATE TABLE zones (
+    id TEXT PRIMARY KEY,
+    account_id TEXT NOT NULL REFERENCES accounts(id),
+    created_on TEXT NOT NULL
+  ) STRICT;
+  CREATE TABLE users (
+    id TEXT PRIMARY KEY,
+    email TEXT NOT NULL UNIQUE COLLATE NOCASE,
+    created_on TEXT NOT NULL
+  ) STRICT;
+  -- Keys are stored as scrypt hashes with a per-key salt; the key itself is shown once.
+  CREATE TABLE api_keys (
+    id TEXT PRIMARY KEY,
+    user_id TEXT NOT NULL REFERENCES users(id) ON DELETE CASCADE,
+    salt BLOB NOT NULL,
+    hash BLOB NOT NULL,
+    hint TEXT NOT NULL,
+    created_on TEXT NOT NULL,
+    revoked_on TEXT
+  ) STRICT;
+  CREATE INDEX api_keys_user ON api_keys(user_id);
+  CREATE TABLE user_accounts (
+    user_id TEXT NOT NULL REFERENCES users(id) ON DELETE CASCADE,
+    account_id TEXT NOT NULL REFERENCES accounts(id),
+    PRIMARY KEY (user_id, account_id)
+  ) STRICT, WITHOUT ROWID;
+  CREATE TABLE user_zones (
+    user_id TEXT NOT NULL REFERENCES users(id) ON DELETE CASCADE,
+    zone_id TEXT NOT NULL REFERENCES zones(id),
+    PRIMARY KEY (user_id, zone_id)
+  ) STRICT, WITHOUT ROWID;
+
+  -- A ruleset and its versions. Managed rulesets belong to no account and no zone.
+  -- last_version is the highest number ever given, so a deleted number is never reused.
+  CREATE TABLE rulesets (
+    id TEXT PRIMARY KEY,
+    account_id TEXT REFERENCES accounts(id),
+    zone_id TEXT REFERENCES zones(id),
+    kind TEXT NOT NULL,
+    phase TEXT NOT NULL,
+    name TEXT NOT NULL,
+    description TEXT NOT NULL,
+    latest_version INTEGER NOT NULL,
+    last_version INTEGER NOT NULL,
+    created_on TEXT NOT NULL
+  ) STRICT;
+  CREATE INDEX rulesets_account ON rulesets(account_id);
+  CREATE INDEX rulesets_zone ON rulesets(zone_id);
+  -- At most one entrypoint per phase and level (the API answers 20217 before this fires).
+  CREATE UNIQUE INDEX rulesets_one_entrypoint ON rulesets(ifnull(account_id, ''), ifnull(zone_id, ''), phase)
+    WHERE kind IN ('root', 'zone');
+  CREATE TABLE ruleset_versions (
+    ruleset_id TEXT NOT NULL REFERENCES rulesets(id) ON DELETE CASCADE,
+    version INTEGER NOT NULL,
+    description TEXT NOT NULL,
+    last_updated TEXT NOT NULL,
+    rules TEXT NOT NULL,
+    PRIMARY KEY (ruleset_id, version)
+  ) STRICT, WITHOUT ROWID;
+  -- What the latest version of each ruleset refers to: lists by name and rulesets
+  -- by execute rules. Kept in step with latest_version; used to refuse deletes.
+  CREATE TABLE ruleset_list_refs (
+    ruleset_id TEXT NOT NULL REFERENCES rulesets(id) ON DELETE CASCADE,
+    list_name TEXT NOT NULL,
+    PRIMARY KEY (ruleset_id, list_name)
+  ) STRICT, WITHOUT ROWID;
+  CREATE INDEX ruleset_list_refs_name ON ruleset_list_refs(list_name);
+  CREATE TABLE ruleset_execute_refs (
+    ruleset_id TEXT NOT NULL REFERENCES rulesets(id) ON DELETE CASCADE,
+    target_id TEXT NOT NULL,
+    target_version INTEGER,
+    PRIMARY KEY (ruleset_id, target_id)
+  ) STRICT, WITHOUT ROWID;
+  CREATE INDEX ruleset_execute_refs_target ON ruleset_execute_refs(target_id);
+
+  -- Account IP lists and their items; sort_key orders items by address then mask.
+  CREATE TABLE lists (
+    id TEXT PRIMARY KEY,
+    account_id TEXT NOT NULL REFERENCES accounts(id),
+    name TEXT NOT NULL,
+    description TEXT NOT NULL,
+    kind TEXT NOT NULL,
+    created_on TEXT NOT NULL,
+    modified_on TEXT NOT NULL,
+    UNIQUE (account_id, name)
+  ) STRICT;
+  CREATE TABLE list_items (
+    id TEXT PRIMARY KEY,
+    list_id TEXT NOT NULL REFERENCES lists(id) ON DELETE CASCADE,
+    ip TEXT NOT NULL,
+    sort_key BLOB NOT NULL,
+    comment TEXT,
+    created_on TEXT NOT NULL,
+    modified_on TEXT NOT NULL,
+    UNIQUE (list_id, ip)
+  ) STRICT;
+  CREATE INDEX list_items_order ON list_items(list_id, sort_key);
+  -- Asynchronous bulk operations on list items; the payload is kept until the
+  -- operation ends so that a restart resumes pending work.
+  CREATE TABLE bulk_operations (
+    id TEXT PRIMARY KEY,
+    account_id TEXT NOT NULL REFERENCES accounts(id),
+    list_id TEXT NOT NULL,
+    op TEXT NOT NULL,
+    payload TEXT,
+    status TEXT NOT NULL,
+    error TEXT,
+    created_on TEXT NOT NULL,
+    completed TEXT
+  ) STRICT;
+  CREATE INDEX bulk_operations_pending ON bulk_operations(status, created_on);
+  -- Operator-loaded managed lists ($svc.*), one row per entry.
+  CREATE TABLE managed_list_entries (
+    name TEXT NOT NULL,
+    entry TEXT NOT NULL,
+    PRIMARY KEY (name, entry)
+  ) STRICT, WITHOUT ROWID;
+  CREATE TABLE managed_lists (
+    name TEXT PRIMARY KEY,
+    description TEXT NOT NULL,
+    num_items INTEGER NOT NULL,
+    modified_on TEXT NOT NULL
+  ) STRICT;
+  `,
+];

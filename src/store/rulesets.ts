@@ -1,0 +1,177 @@
+// Rulesets and their immutable versions in the database. This is persistence
+// only: the API layer validates and decides; these functions read and write
+// rows, always inside a transaction the caller holds.
+
+import type { Database } from './database.js';
+
+/** A rule as stored in a version (and returned by the API). */
+export interface StoredRule {
+  id: string;
+  version: string;
+  action: string;
+  expression: string;
+  description: string;
+  last_updated: string;
+  ref: string;
+  enabled: boolean;
+  action_parameters?: Record<string, unknown>;
+  logging?: { enabled: boolean };
+  categories?: string[];
+}
+
+/** The ruleset row (its identity and latest version number). */
+export interface RulesetRow {
+  rowid: number;
+  id: string;
+  account_id: string | null;
+  zone_id: string | null;
+  kind: string;
+  phase: string;
+  name: string;
+  description: string;
+  latest_version: number;
+  last_version: number;
+  created_on: string;
+}
+
+/** One version. */
+export interface VersionRow {
+  version: number;
+  description: string;
+  last_updated: string;
+  rules: StoredRule[];
+}
+
+/** Which rulesets a listing shows. */
+export interface Visibility {
+  accountId: string;
+  zoneId: string | null;
+}
+
+const RS_COLUMNS = 'rowid, id, account_id, zone_id, kind, phase, name, description, latest_version, last_version, created_on';
+
+/** Ruleset rows and versions of one database. */
+export class RulesetStore {
+  constructor(readonly store: Database) {}
+
+  /** A ruleset by id, or undefined. */
+  get(id: string): RulesetRow | undefined {
+    return this.store.db.prepare(`SELECT ${RS_COLUMNS} FROM rulesets WHERE id = ?`).get(id) as RulesetRow | undefined;
+  }
+
+  /** The entrypoint of a phase at a level, or undefined. */
+  entrypoint(level: Visibility, phase: string): RulesetRow | undefined {
+    return (
+      level.zoneId === null
+        ? this.store.db.prepare(`SELECT ${RS_COLUMNS} FROM rulesets WHERE account_id = ? AND zone_id IS NULL AND phase = ? AND kind = 'root'`).get(level.accountId, phase)
+        : this.store.db.prepare(`SELECT ${RS_COLUMNS} FROM rulesets WHERE zone_id = ? AND phase = ? AND kind = 'zone'`).get(level.zoneId, phase)
+    ) as RulesetRow | undefined;
+  }
+
+  /** A managed ruleset by name, or undefined. */
+  managedByName(name: string): RulesetRow | undefined {
+    return this.store.db.prepare(`SELECT ${RS_COLUMNS} FROM rulesets WHERE kind = 'managed' AND name = ?`).get(name) as RulesetRow | undefined;
+  }
+
+  /**
+   * Rulesets visible at a level, in creation order, after `afterRowid`: the
+   * level's own and the managed ones (which every account may deploy).
+   */
+  list(level: Visibility, afterRowid: number, limit: number): RulesetRow[] {
+    return (
+      level.zoneId === null
+        ? this.store.db
+            .prepare(`SELECT ${RS_COLUMNS} FROM rulesets WHERE ((account_id = ? AND zone_id IS NULL) OR kind = 'managed') AND rowid > ? ORDER BY rowid LIMIT ?`)
+            .all(level.accountId, afterRowid, limit)
+        : this.store.db
+            .prepare(`SELECT ${RS_COLUMNS} FROM rulesets WHERE (zone_id = ? OR kind = 'managed') AND rowid > ? ORDER BY rowid LIMIT ?`)
+            .all(level.zoneId, afterRowid, limit)
+    ) as RulesetRow[];
+  }
+
+  /** One version with its rules, or undefined. */
+  version(id: string, version: number): VersionRow | undefined {
+    const r = this.store.db.prepare('SELECT version, description, last_updated, rules FROM ruleset_versions WHERE ruleset_id = ? AND version = ?').get(id, version) as
+      | { version: number; description: string; last_updated: string; rules: string }
+      | undefined;
+    return r === undefined ? undefined : { ...r, rules: JSON.parse(r.rules) as StoredRule[] };
+  }
+
+  /** Every version (without rules), oldest first. */
+  versions(id: string): { version: number; description: string; last_updated: string }[] {
+    return this.store.db.prepare('SELECT version, description, last_updated FROM ruleset_versions WHERE ruleset_id = ? ORDER BY version').all(id) as {
+      version: number;
+      description: string;
+      last_updated: string;
+    }[];
+  }
+
+  /** Inserts a new ruleset row (version numbers set by the first addVersion). */
+  insert(row: Omit<RulesetRow, 'rowid' | 'latest_version' | 'last_version'>): void {
+    this.store.db
+      .prepare(
+        'INSERT INTO rulesets (id, account_id, zone_id, kind, phase, name, description, latest_version, last_version, created_on) VALUES (?, ?, ?, ?, ?, ?, ?, 0, 0, ?)',
+      )
+      .run(row.id, row.account_id, row.zone_id, row.kind, row.phase, row.name, row.description, row.created_on);
+  }
+
+  /**
+   * Adds the next version (last_version + 1, never a reused number), makes it
+   * the latest, and records what it references. Returns its number.
+   */
+  addVersion(id: string, description: string, lastUpdated: string, rules: readonly StoredRule[], refs: Refs): number {
+    const row = this.get(id);
+    if (row === undefined) throw new Error(`ruleset ${id} vanished inside its transaction`);
+    const v = row.last_version + 1;
+    this.store.db.prepare('INSERT INTO ruleset_versions (ruleset_id, version, description, last_updated, rules) VALUES (?, ?, ?, ?, ?)').run(
+      id,
+      v,
+      description,
+      lastUpdated,
+      JSON.stringify(rules),
+    );
+    this.store.db.prepare('UPDATE rulesets SET latest_version = ?, last_version = ?, description = ? WHERE id = ?').run(v, v, description, id);
+    this.setRefs(id, refs);
+    return v;
+  }
+
+  /** Replaces the reference rows of a ruleset (they describe its latest version). */
+  setRefs(id: string, refs: Refs): void {
+    const db = this.store.db;
+    db.prepare('DELETE FROM ruleset_list_refs WHERE ruleset_id = ?').run(id);
+    db.prepare('DELETE FROM ruleset_execute_refs WHERE ruleset_id = ?').run(id);
+    const addList = db.prepare('INSERT OR IGNORE INTO ruleset_list_refs (ruleset_id, list_name) VALUES (?, ?)');
+    for (const name of refs.lists) addList.run(id, name);
+    const addExec = db.prepare('INSERT OR REPLACE INTO ruleset_execute_refs (ruleset_id, target_id, target_version) VALUES (?, ?, ?)');
+    for (const e of refs.executes) addExec.run(id, e.id, e.version);
+  }
+
+  /** Deletes one version; the caller has checked it may. Moves `latest` back when needed. */
+  deleteVersion(id: string, version: number): void {
+    this.store.db.prepare('DELETE FROM ruleset_versions WHERE ruleset_id = ? AND version = ?').run(id, version);
+    const top = this.store.db.prepare('SELECT max(version) AS v FROM ruleset_versions WHERE ruleset_id = ?').get(id) as { v: number | null };
+    if (top.v !== null) {
+      const latest = this.version(id, top.v)!;
+      this.store.db.prepare('UPDATE rulesets SET latest_version = ?, description = ? WHERE id = ?').run(top.v, latest.description, id);
+    }
+  }
+
+  /** Deletes a ruleset with all its versions and references. */
+  delete(id: string): void {
+    this.store.db.prepare('DELETE FROM rulesets WHERE id = ?').run(id);
+  }
+
+  /** Rulesets whose latest version executes `targetId` (with the version they pin, null = latest). */
+  executedBy(targetId: string): { ruleset_id: string; target_version: number | null }[] {
+    return this.store.db.prepare('SELECT ruleset_id, target_version FROM ruleset_execute_refs WHERE target_id = ?').all(targetId) as {
+      ruleset_id: string;
+      target_version: number | null;
+    }[];
+  }
+}
+
+/** What a version refers to. */
+export interface Refs {
+  lists: readonly string[];
+  executes: readonly { id: string; version: number | null }[];
+}

@@ -1,0 +1,217 @@
+// Users, their API keys and the accounts and zones they may reach. Keys are
+// stored as salted scrypt hashes; a verified key is remembered in memory by a
+// SHA-256 of email and key so that only the first request of a key pays for
+// scrypt (about 40 ms here), and the row is still checked on every request so a
+// revocation from the CLI takes effect at once.
+
+import { createHash, randomBytes, scryptSync, timingSafeEqual } from 'node:crypto';
+import { MoatError } from '../errors/index.js';
+import type { Database } from './database.js';
+import { isId, newId, nowStamp } from './ids.js';
+
+/** Who a request is: the user, the key used, and what it may reach. */
+export interface Principal {
+  readonly userId: string;
+  readonly email: string;
+  readonly keyId: string;
+  /** Accounts the user may reach (and every zone in them). */
+  readonly accounts: ReadonlySet<string>;
+  /** Zones granted one by one, with the account each belongs to. */
+  readonly zones: ReadonlyMap<string, string>;
+}
+
+/** A user as the CLI lists it. */
+export interface UserInfo {
+  id: string;
+  email: string;
+  created_on: string;
+  accounts: string[];
+  zones: { id: string; account_id: string }[];
+  keys: { id: string; hint: string; created_on: string; revoked_on: string | null }[];
+}
+
+const EMAIL = /^[^\s@]+@[^\s@]+$/;
+const KEY = /^[A-Za-z0-9_-]{16,128}$/;
+const SCRYPT_KEYLEN = 32;
+
+function hashKey(key: string, salt: Buffer): Buffer {
+  return scryptSync(key, salt, SCRYPT_KEYLEN);
+}
+
+/** True when a key has the accepted shape (16-128 of A-Z a-z 0-9 _ -). */
+export function isWellFormedKey(key: string): boolean {
+  return KEY.test(key);
+}
+
+/** True when an email has the accepted shape. */
+export function isWellFormedEmail(email: string): boolean {
+  return EMAIL.test(email) && email.length <= 254;
+}
+
+/** Users and keys in the database. */
+export class Users {
+  private readonly verified = new Map<string, string>();
+
+  constructor(private readonly store: Database) {}
+
+  /** Creates the account (and zone) rows on first use. */
+  private ensureAccount(accountId: string): void {
+    this.store.db.prepare('INSERT OR IGNORE INTO accounts (id, created_on) VALUES (?, ?)').run(accountId, nowStamp());
+  }
+
+  private ensureZone(zoneId: string, accountId: string): void {
+    const row = this.store.db.prepare('SELECT account_id FROM zones WHERE id = ?').get(zoneId) as { account_id: string } | undefined;
+    if (row !== undefined && row.account_id !== accountId) {
+      throw new MoatError('USER_BAD_INPUT', `zone ${zoneId} belongs to account ${row.account_id}, not ${accountId}`);
+    }
+    if (row === undefined) this.store.db.prepare('INSERT INTO zones (id, account_id, created_on) VALUES (?, ?, ?)').run(zoneId, accountId, nowStamp());
+  }
+
+  /**
+   * Creates a user with access to `accounts` (and to `zones`, which belong to
+   * the first account) and one key; returns the key in clear (shown once).
+   */
+  create(input: { email: string; accounts: string[]; zones?: string[]; key?: string | undefined }): { user: UserInfo; key: string } {
+    const { email } = input;
+    if (!isWellFormedEmail(email)) throw new MoatError('USER_BAD_INPUT', `"${email}" is not an email address`);
+    if (input.accounts.length === 0) throw new MoatError('USER_BAD_INPUT', 'give at least one --account');
+    for (const id of [...input.accounts, ...(input.zones ?? [])]) {
+      if (!isId(id)) throw new MoatError('USER_BAD_INPUT', `"${id}" is not an id: accounts and zones are 32 lowercase hex characters`);
+    }
+    const key = input.key ?? randomBytes(24).toString('hex').slice(0, 37);
+    if (!isWellFormedKey(key)) throw new MoatError('USER_BAD_INPUT', 'a key is 16 to 128 characters of A-Z a-z 0-9 _ -');
+    const userId = newId();
+    this.store.write(() => {
+      const exists = this.store.db.prepare('SELECT id FROM users WHERE email = ?').get(email);
+      if (exists !== undefined) throw new MoatError('USER_BAD_INPUT', `a user with email ${email} already exists`);
+      this.store.db.prepare('INSERT INTO users (id, email, created_on) VALUES (?, ?, ?)').run(userId, email, nowStamp());
+      for (const a of input.accounts) {
+        this.ensureAccount(a);
+        this.store.db.prepare('INSERT OR IGNORE INTO user_accounts (user_id, account_id) VALUES (?, ?)').run(userId, a);
+      }
+      for (const z of input.zones ?? []) {
+        this.ensureZone(z, input.accounts[0]!);
+        this.store.db.prepare('INSERT OR IGNORE INTO user_zones (user_id, zone_id) VALUES (?, ?)').run(userId, z);
+      }
+      this.insertKey(userId, key);
+    });
+    return { user: this.get(email)!, key };
+  }
+
+  /** Adds a new key to an existing user; returns it in clear. */
+  addKey(email: string, key?: string): string {
+    const k = key ?? randomBytes(24).toString('hex').slice(0, 37);
+    if (!isWellFormedKey(k)) throw new MoatError('USER_BAD_INPUT', 'a key is 16 to 128 characters of A-Z a-z 0-9 _ -');
+    this.store.write(() => {
+      const u = this.store.db.prepare('SELECT id FROM users WHERE email = ?').get(email) as { id: string } | undefined;
+      if (u === undefined) throw new MoatError('USER_NOT_FOUND', `no user with email ${email}`);
+      this.insertKey(u.id, k);
+    });
+    return k;
+  }
+
+  private insertKey(userId: string, key: string): void {
+    const salt = randomBytes(16);
+    this.store.db
+      .prepare('INSERT INTO api_keys (id, user_id, salt, hash, hint, created_on) VALUES (?, ?, ?, ?, ?, ?)')
+      .run(newId(), userId, salt, hashKey(key, salt), key.slice(-4), nowStamp());
+  }
+
+  /** Revokes every key of a user (or one key by id); returns how many were revoked. */
+  revoke(email: string, keyId?: string): number {
+    return this.store.write(() => {
+      const u = this.store.db.prepare('SELECT id FROM users WHERE email = ?').get(email) as { id: string } | undefined;
+      if (u === undefined) throw new MoatError('USER_NOT_FOUND', `no user with email ${email}`);
+      const r =
+        keyId === undefined
+          ? this.store.db.prepare('UPDATE api_keys SET revoked_on = ? WHERE user_id = ? AND revoked_on IS NULL').run(nowStamp(), u.id)
+          : this.store.db.prepare('UPDATE api_keys SET revoked_on = ? WHERE user_id = ? AND id = ? AND revoked_on IS NULL').run(nowStamp(), u.id, keyId);
+      if (keyId !== undefined && r.changes === 0) throw new MoatError('USER_NOT_FOUND', `user ${email} has no active key ${keyId}`);
+      return r.changes;
+    });
+  }
+
+  /** One user by email, or undefined. */
+  get(email: string): UserInfo | undefined {
+    const u = this.store.db.prepare('SELECT id, email, created_on FROM users WHERE email = ?').get(email) as
+      | { id: string; email: string; created_on: string }
+      | undefined;
+    return u === undefined ? undefined : this.info(u);
+  }
+
+  /** Every user, by email. */
+  list(): UserInfo[] {
+    const rows = this.store.db.prepare('SELECT id, email, created_on FROM users ORDER BY email').all() as { id: string; email: string; created_on: string }[];
+    return rows.map((u) => this.info(u));
+  }
+
+  private info(u: { id: string; email: string; created_on: string }): UserInfo {
+    const db = this.store.db;
+    return {
+      id: u.id,
+      email: u.email,
+      created_on: u.created_on,
+      accounts: (db.prepare('SELECT account_id FROM user_accounts WHERE user_id = ? ORDER BY account_id').all(u.id) as { account_id: string }[]).map(
+        (r) => r.account_id,
+      ),
+      zones: db
+        .prepare('SELECT z.id, z.account_id FROM user_zones uz JOIN zones z ON z.id = uz.zone_id WHERE uz.user_id = ? ORDER BY z.id')
+        .all(u.id) as { id: string; account_id: string }[],
+      keys: db.prepare('SELECT id, hint, created_on, revoked_on FROM api_keys WHERE user_id = ? ORDER BY created_on').all(u.id) as UserInfo['keys'],
+    };
+  }
+
+  /** The principal for an email and key, or undefined when they do not match an active key. */
+  verify(email: string, key: string): Principal | undefined {
+    const db = this.store.db;
+    const u = db.prepare('SELECT id, email FROM users WHERE email = ?').get(email) as { id: string; email: string } | undefined;
+    if (u === undefined) return undefined;
+    const memo = createHash('sha256').update(u.id).update('\0').update(key).digest('base64');
+    let keyId = this.verified.get(memo);
+    if (keyId !== undefined) {
+      const live = db.prepare('SELECT 1 FROM api_keys WHERE id = ? AND revoked_on IS NULL').get(keyId);
+      if (live === undefined) {
+        this.verified.delete(memo);
+        keyId = undefined;
+      }
+    } else {
+      const keys = db.prepare('SELECT id, salt, hash FROM api_keys WHERE user_id = ? AND revoked_on IS NULL').all(u.id) as {
+        id: string;
+        salt: Buffer;
+        hash: Buffer;
+      }[];
+      for (const k of keys) {
+        if (timingSafeEqual(hashKey(key, k.salt), k.hash)) {
+          keyId = k.id;
+          // Bounded: a key is remembered only after it verified, so the map holds at most the live keys.
+          this.verified.set(memo, k.id);
+          break;
+        }
+      }
+    }
+    if (keyId === undefined) return undefined;
+    const accounts = new Set(
+      (db.prepare('SELECT account_id FROM user_accounts WHERE user_id = ?').all(u.id) as { account_id: string }[]).map((r) => r.account_id),
+    );
+    const zones = new Map(
+      (
+        db.prepare('SELECT z.id, z.account_id FROM user_zones uz JOIN zones z ON z.id = uz.zone_id WHERE uz.user_id = ?').all(u.id) as {
+          id: string;
+          account_id: string;
+        }[]
+      ).map((r) => [r.id, r.account_id]),
+    );
+    return { userId: u.id, email: u.email, keyId, accounts, zones };
+  }
+
+  /** The account a zone belongs to, or undefined for an unknown zone. */
+  zoneAccount(zoneId: string): string | undefined {
+    const r = this.store.db.prepare('SELECT account_id FROM zones WHERE id = ?').get(zoneId) as { account_id: string } | undefined;
+    return r?.account_id;
+  }
+
+  /** Number of users (the server creates a first one on an empty database). */
+  count(): number {
+    return (this.store.db.prepare('SELECT count(*) AS n FROM users').get() as { n: number }).n;
+  }
+}
