@@ -238,8 +238,8 @@ function ipv4Section(rng: Rng): void {
   const m1 = mem();
   console.log(
     `AddressTable.build: ${built.ms.toFixed(0)} ms; ${t.segments4.toLocaleString('en')} IPv4 segments; typed arrays ${(t.byteLength / MB).toFixed(1)} MB ` +
-      `(${((t.starts4.byteLength + t.country4.byteLength + t.asn4.byteLength + t.lists4.byteLength + t.index4.byteLength) / MB).toFixed(1)} MB IPv4: ` +
-      `${(((t.starts4.byteLength + t.country4.byteLength + t.asn4.byteLength + t.lists4.byteLength) / t.segments4) | 0)} B/segment); ${memDelta(m0, m1)}`,
+      `(${(t.byteLength4 / MB).toFixed(1)} MB IPv4: ` +
+      `${((t.byteLength4 - t.index4.byteLength) / t.segments4) | 0} B/segment); ${memDelta(m0, m1)}`,
   );
 
   const trieBuild = time(() => {

@@ -4,7 +4,7 @@
 // is preallocated; process() allocates nothing and never throws on bad frames.
 
 import type { ExecutionContext, ListProvider } from '../expr/index.js';
-import type { AddressTable } from '../net/index.js';
+import { REC_ASN, REC_COUNTRY, REC_HAS_ASN, REC_LISTS, type AddressTable } from '../net/index.js';
 import {
   clearDecoded, decode, FIELD_SLOTS as F, PacketInfo, ST_FRAGMENT, ST_IP, ST_MALFORMED, ST_TRUNCATED, TRANSIT_SCHEME,
 } from '../packet/index.js';
@@ -74,10 +74,13 @@ export class PacketPath {
   private readonly lookupSrc: boolean;
   private readonly lookupDst: boolean;
   private readonly countryBytes: readonly Uint8Array[];
+  private readonly countryCodes: readonly string[];
   private enriched = false;
   /** 1 for each top-16-bit value an IPv6 GeoIP alias prefix can start with. */
   private readonly aliasTop16: Uint8Array | null;
   private readonly dropUndecodable: boolean;
+  /** Records of the source and destination addresses (lookup4Pair's output). */
+  private readonly records = new Int32Array(2);
 
   constructor(
     readonly evaluator: Evaluator,
@@ -93,7 +96,8 @@ export class PacketPath {
       // Without a table, countries and AS numbers are absent; lists come from the evaluator's own matchers.
       this.lookupSrc = this.lookupDst = false;
     }
-    this.countryBytes = (this.table?.countryCodes ?? []).map((c) => encoder.encode(c));
+    this.countryCodes = this.table?.countryCodes ?? [];
+    this.countryBytes = this.countryCodes.map((c) => encoder.encode(c));
     const aliases = this.table?.aliases6 ?? [];
     this.aliasTop16 = aliases.length === 0 ? null : new Uint8Array(65536);
     for (const al of aliases) {
@@ -153,8 +157,17 @@ export class PacketPath {
     }
     if ((st & (ST_TRUNCATED | ST_MALFORMED)) !== 0) c.damaged++;
     if ((st & ST_FRAGMENT) !== 0) c.fragments++;
-    if (this.lookupSrc) this.enrich(F.IP_SRC, F.IP_SRC_COUNTRY, F.IP_SRC_ASNUM, F.IP_SRC_LISTS);
-    if (this.lookupDst) this.enrich(F.IP_DST, F.IP_DST_COUNTRY, F.IP_DST_ASNUM, F.IP_DST_LISTS);
+    if (this.lookupSrc && this.lookupDst && ctx.ipFamily[F.IP_SRC] === 4 && ctx.ipFamily[F.IP_DST] === 4) {
+      // Both IPv4 addresses at once: their cache misses overlap (see AddressTable.lookup4Pair).
+      const t = this.table!;
+      const r = this.records;
+      t.lookup4Pair(ctx.ip4[F.IP_SRC]!, ctx.ip4[F.IP_DST]!, r, 0);
+      this.fill(t.rec4, r[0]! * 4, F.IP_SRC_COUNTRY, F.IP_SRC_ASNUM, F.IP_SRC_LISTS);
+      this.fill(t.rec4, r[1]! * 4, F.IP_DST_COUNTRY, F.IP_DST_ASNUM, F.IP_DST_LISTS);
+    } else {
+      if (this.lookupSrc) this.enrich(F.IP_SRC, F.IP_SRC_COUNTRY, F.IP_SRC_ASNUM, F.IP_SRC_LISTS);
+      if (this.lookupDst) this.enrich(F.IP_DST, F.IP_DST_COUNTRY, F.IP_DST_ASNUM, F.IP_DST_LISTS);
+    }
     this.enriched = this.lookupSrc || this.lookupDst;
     const r = this.evaluator.evaluate(ctx, origLen);
     if (r === VERDICT_PASS) return this.pass(origLen);
@@ -179,39 +192,41 @@ export class PacketPath {
     const t = this.table!;
     const ctx = this.ctx;
     const fam = ctx.ipFamily[ipSlot];
-    let country: number;
-    let asn: number;
     if (fam === 4) {
-      const seg = t.lookup4(ctx.ip4[ipSlot]!);
-      country = t.country4[seg]!;
-      asn = t.asn4[seg]!;
-      ctx.ints[listsSlot] = t.lists4[seg]!;
+      this.fill(t.rec4, t.lookup4(ctx.ip4[ipSlot]!) * 4, countrySlot, asnSlot, listsSlot);
     } else if (fam === 6) {
       const o = ipSlot * 4;
       const a = ctx.ip6;
-      const seg = t.lookup6(a[o]!, a[o + 1]!, a[o + 2]!, a[o + 3]!);
-      country = t.country6[seg]!;
-      asn = t.asn6[seg]!;
-      ctx.ints[listsSlot] = t.lists6[seg]!;
+      const r = t.lookup6(a[o]!, a[o + 1]!, a[o + 2]!, a[o + 3]!) * 4;
       // GeoIP answers IPv4-mapped and 6to4 addresses with the embedded IPv4 address's record.
       // The top-16-bit screen keeps native IPv6 off that path (measured: the alias
       // check cost ~150 ns per IPv6 packet on the pipeline benchmark without it).
-      if (country < 0 && this.aliasTop16 !== null && this.aliasTop16[a[o]! >>> 16] === 1) {
+      if (t.rec6[r + REC_COUNTRY]! < 0 && this.aliasTop16 !== null && this.aliasTop16[a[o]! >>> 16] === 1) {
         const v4 = t.v4Alias6(a[o]!, a[o + 1]!, a[o + 2]!, a[o + 3]!);
         if (v4 >= 0) {
-          const s4 = t.lookup4(v4);
-          country = t.country4[s4]!;
-          asn = t.asn4[s4]!;
+          // Country and ASN from the IPv4 record; list bits stay the IPv6 address's own.
+          const r4 = t.lookup4(v4) * 4;
+          this.fill(t.rec4, r4, countrySlot, asnSlot, listsSlot);
+          ctx.ints[listsSlot] = t.rec6[r + REC_LISTS]! >>> 0;
+          return;
         }
       }
-    } else return;
+      this.fill(t.rec6, r, countrySlot, asnSlot, listsSlot);
+    }
+  }
+
+  // Writes a packed record (AddressTable.rec4/rec6 at offset r) into the context.
+  private fill(rec: Int32Array, r: number, countrySlot: number, asnSlot: number, listsSlot: number): void {
+    const ctx = this.ctx;
+    ctx.ints[listsSlot] = rec[r + REC_LISTS]! >>> 0;
+    ctx.ints[asnSlot] = rec[r + REC_HAS_ASN] === 1 ? rec[r + REC_ASN]! >>> 0 : NaN;
+    const country = rec[r + REC_COUNTRY]!;
     if (country >= 0) {
       const b = this.countryBytes[country]!;
       ctx.bytesBuf[countrySlot] = b;
       ctx.bytesStart[countrySlot] = 0;
       ctx.bytesEnd[countrySlot] = b.length;
-      ctx.bytesText[countrySlot] = this.table!.countryCodes[country]!;
+      ctx.bytesText[countrySlot] = this.countryCodes[country]!;
     }
-    ctx.ints[asnSlot] = asn;
   }
 }

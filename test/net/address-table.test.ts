@@ -7,7 +7,9 @@
 import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
 import { openGeoIpSync, type AsnTable, type CountryTable } from '../../src/geoip/index.js';
-import { AddressTable, MAX_LISTS, sortOrder, type AddressTableInput } from '../../src/net/address-table.js';
+import {
+  AddressTable, MAX_LISTS, REC_ASN, REC_COUNTRY, REC_HAS_ASN, REC_LISTS, sortOrder, type AddressTableInput,
+} from '../../src/net/address-table.js';
 import type { CountryRanges, GeoRangeTable } from '../../src/net/geo-ranges.js';
 import { formatIpv4, parseIp } from '../../src/net/index.js';
 import { emptyRangeList, rangeListFromStrings, type IpRangeList } from '../../src/net/list-file.js';
@@ -162,15 +164,31 @@ function boundaries(ref: RefInput, max: bigint): bigint[] {
   return [...out];
 }
 
+/** The packed record r of rec4/rec6 read back as (country, ASN, bits). */
+function unpack(rec: Int32Array, r: number): { country: number; asn: number; bits: number } {
+  return { country: rec[r * 4 + REC_COUNTRY]!, asn: rec[r * 4 + REC_HAS_ASN] === 1 ? rec[r * 4 + REC_ASN]! >>> 0 : NaN, bits: rec[r * 4 + REC_LISTS]! >>> 0 };
+}
+
+const same = (x: { country: number; asn: number; bits: number }, y: { country: number; asn: number; bits: number }): boolean =>
+  Object.is(x.country, y.country) && Object.is(x.asn, y.asn) && x.bits === y.bits;
+
+/** lookup4, the packed record, and lookup4Pair (each probe paired with the one before it) against the reference. */
 function check4(t: AddressTable, ref: RefInput, probes: bigint[]): string[] {
   const bad: string[] = [];
-  for (const a of probes) {
+  const pair = new Int32Array(3);
+  for (let i = 0; i < probes.length; i++) {
+    const a = probes[i]!;
     const s = t.lookup4(Number(a));
     const want = refLookup(ref, a);
     const got = { country: t.country4[s]!, asn: t.asn4[s]!, bits: t.lists4[s]! };
-    if (!Object.is(got.country, want.country) || !Object.is(got.asn, want.asn) || got.bits !== want.bits) {
-      if (bad.length < 10) bad.push(`${formatIpv4(Number(a))}: want ${JSON.stringify(want)} got ${JSON.stringify(got)} (segment ${s})`);
-    }
+    const prev = probes[i === 0 ? probes.length - 1 : i - 1]!;
+    t.lookup4Pair(Number(prev), Number(a), pair, 1);
+    const problem =
+      !same(got, want) ? `got ${JSON.stringify(got)}`
+      : !same(unpack(t.rec4, s), want) ? `packed record ${JSON.stringify(unpack(t.rec4, s))}`
+      : pair[2] !== s || pair[1] !== t.lookup4(Number(prev)) ? `lookup4Pair(${formatIpv4(Number(prev))}, .) gave [${pair[1]}, ${pair[2]}]`
+      : '';
+    if (problem !== '' && bad.length < 10) bad.push(`${formatIpv4(Number(a))}: want ${JSON.stringify(want)}, ${problem} (record ${s})`);
   }
   return bad;
 }
@@ -182,7 +200,7 @@ function check6(t: AddressTable, ref: RefInput, probes: bigint[]): string[] {
     const s = t.lookup6(w[0]!, w[1]!, w[2]!, w[3]!);
     const want = refLookup(ref, a);
     const got = { country: t.country6[s]!, asn: t.asn6[s]!, bits: t.lists6[s]! };
-    if (!Object.is(got.country, want.country) || !Object.is(got.asn, want.asn) || got.bits !== want.bits) {
+    if (!same(got, want) || !same(unpack(t.rec6, s), want)) {
       if (bad.length < 10) bad.push(`${a.toString(16)}: want ${JSON.stringify(want)} got ${JSON.stringify(got)} (segment ${s})`);
     }
   }
@@ -207,6 +225,10 @@ function checkInvariants(t: AddressTable): void {
     expect(same, `IPv6 segments ${s - 1} and ${s} should have been merged`).toBe(false);
   }
   expect(t.index4.length).toBe(65_537);
+  // index4[k] counts the segments starting below k << 16.
+  const starts = t.starts4;
+  for (let k = 0; k <= 65536; k += 257) expect(t.index4[k]).toBe(starts.filter((x) => x < k * 65536).length);
+  expect(t.index4[65536]).toBe(t.segments4);
   expect(t.index6.length).toBe(65_537);
 }
 
@@ -229,6 +251,35 @@ describe('AddressTable lookups', () => {
       const rng = new Rng(seed ^ 0xaaaa);
       const probes = [...boundaries(c.ref6, MAX128), ...Array.from({ length: 3000 }, () => randomPoint(rng, false))];
       expect(check6(t, c.ref6, probes), `seed ${seed} (ADDRESS_TABLE_SEED=${SEED})`).toEqual([]);
+    });
+  }
+
+  for (let round = 0; round < 4; round++) {
+    it(`agree with a linear scan on IPv4 prefixes of every length, nested, adjacent and dense in one /16 (round ${round})`, () => {
+      const seed = (SEED + round * 104_729) >>> 0;
+      const rng = new Rng(seed);
+      // Prefixes /0 to /32 around a few /16 boundaries, so buckets hold from one
+      // segment to hundreds (more than the linear-scan threshold) and segments
+      // cross bucket boundaries.
+      const bases = [0, 0x0a000000, 0x0a00ff00, 0x0a010000, 0xc0a80000, 0xfffffe00];
+      const prefix = (): [bigint, bigint] => {
+        const len = rng.chance(0.05) ? rng.int(17) : 16 + rng.int(17);
+        const a = (bases[rng.int(bases.length)]! + rng.int(1024) - 512) >>> 0;
+        const size = 2 ** (32 - len);
+        const first = len === 0 ? 0 : Math.floor(a / size) * size;
+        return [BigInt(first), BigInt(first + size - 1)];
+      };
+      const lists = Array.from({ length: 3 }, () => Array.from({ length: 150 + rng.int(150) }, prefix));
+      // Adjacent pairs of /32s and /31s: consecutive segments.
+      for (let i = 0; i < 40; i++) {
+        const a = (0x0a00ff00 + i * 2) >>> 0;
+        lists[i % 3]!.push([BigInt(a), BigInt(a)], [BigInt(a + 1), BigInt(a + 1)]);
+      }
+      const ref: RefInput = { country: [], asn: [], lists: lists.map((l) => l.map(([first, last]) => ({ first, last, value: 0 }))) };
+      const t = AddressTable.build({ lists: lists.map((l, i) => ({ name: `l${i}`, ranges: rangeList(l, []) })) });
+      checkInvariants(t);
+      const probes = [...boundaries(ref, 0xffffffffn), ...Array.from({ length: 2000 }, () => BigInt((bases[rng.int(bases.length)]! + rng.int(70_000) - 35_000) >>> 0))];
+      expect(check4(t, ref, probes), `seed ${seed} (ADDRESS_TABLE_SEED=${SEED})`).toEqual([]);
     });
   }
 
