@@ -43,9 +43,9 @@ function int(v: number): string {
 export function generate(node: Checked, pool: ConstantPool, lists: ListProvider | undefined): string {
   switch (node.kind) {
     case 'and':
-      return '(' + node.items.map((i) => generate(i, pool, lists)).join(' && ') + ')';
+      return '(' + byCost(node.items, lists).map((i) => generate(i, pool, lists)).join(' && ') + ')';
     case 'or':
-      return '(' + node.items.map((i) => generate(i, pool, lists)).join(' || ') + ')';
+      return '(' + byCost(node.items, lists).map((i) => generate(i, pool, lists)).join(' || ') + ')';
     case 'xor':
       // Booleans compared with !== is xor; chains fold left as in the closures.
       return '(' + node.items.map((i) => generate(i, pool, lists)).join(' !== ') + ')';
@@ -113,6 +113,49 @@ export function generate(node: Checked, pool: ConstantPool, lists: ListProvider 
       return `${pool.ref(compileChecked(node, lists))}(c)`;
     }
   }
+}
+
+// Cost of a test in the generated code, roughly in loads: a comparison of a
+// field is 1, a call into a closure predicate (bytes, IP sets, bit slices,
+// lists not precomputed) 8. The operands of `and` and `or` are generated
+// cheapest first: every predicate is pure and total (no side effects, no
+// exceptions), so the order does not change the result, and a cheap test that
+// decides the operator spares the dear one. On the pipeline benchmark the 8
+// rules `ip.src.country in {...} and tcp.dstport == N` then test the port
+// first and call the country predicate only when the port matches.
+function cost(node: Checked, lists: ListProvider | undefined): number {
+  switch (node.kind) {
+    case 'and':
+    case 'or':
+    case 'xor': {
+      let c = 0;
+      for (const i of node.items) c += cost(i, lists);
+      return c;
+    }
+    case 'not':
+      return cost(node.operand, lists);
+    case 'bool':
+      return 1;
+    case 'int-cmp':
+    case 'int-and':
+      return node.lhs.kind === 'field' ? 1 : 8;
+    case 'int-in':
+      return node.lhs.kind === 'field' ? (node.set.size <= 4 ? node.set.size : 2) : 8;
+    case 'ip-cmp':
+      return node.value.family === 4 || node.op === '==' || node.op === '!=' ? 2 : 8;
+    case 'ip-list': {
+      const pre = lists?.get(node.list)?.precomputed;
+      return pre !== undefined && pre.slotFor(node.field.name) !== undefined ? 1 : 8;
+    }
+    default:
+      return 8;
+  }
+}
+
+/** The items sorted by cost, cheapest first; equal costs keep their written order. */
+function byCost(items: readonly Checked[], lists: ListProvider | undefined): readonly Checked[] {
+  const costs = items.map((i) => cost(i, lists));
+  return items.map((item, i) => ({ item, i, c: costs[i]! })).sort((x, y) => x.c - y.c || x.i - y.i).map((x) => x.item);
 }
 
 function intValue(lhs: IntOperand, pool: ConstantPool): string {

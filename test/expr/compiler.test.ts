@@ -2,7 +2,7 @@
 // keys, bit slicing) give the same answers at their edges as the plain meaning.
 import { PerformanceObserver } from 'node:perf_hooks';
 import { describe, expect, it } from 'vitest';
-import { compileExpression } from '../../src/expr/index.js';
+import { check, compileExpression, ConstantPool, DEFAULT_LIMITS, generate, parse } from '../../src/expr/index.js';
 import { TRANSIT_SCHEME as S } from '../../src/packet/index.js';
 
 const ctx = S.newContext();
@@ -140,5 +140,35 @@ describe('a compiled filter', () => {
     observer.disconnect();
     expect(hits).toBe(12_000_000);
     expect(fewest).toBe(0);
+  });
+});
+
+describe('generated code', () => {
+  const gen = (expr: string): string => {
+    const r = check(parse(expr, DEFAULT_LIMITS), S, {});
+    expect(r.errors).toEqual([]);
+    return generate(r.tree!, new ConstantPool(), undefined);
+  };
+
+  it('tests the cheap operands of and/or first (field loads before predicate calls), in written order otherwise', () => {
+    const src = gen('ip.src.country in {"CN" "RU"} and tcp.dstport == 22');
+    expect(src.indexOf('=== 22')).toBeGreaterThan(-1);
+    expect(src.indexOf('=== 22')).toBeLessThan(src.indexOf('K[0](c)'));
+    const or = gen('ip.proto == "gre" or tcp.flags.syn or tcp.dstport == 1');
+    expect(or.indexOf('B[')).toBeLessThan(or.indexOf('=== 1)'));
+    expect(or.indexOf('=== 1)')).toBeLessThan(or.indexOf('K[0](c)'));
+  });
+
+  it('gives the same answers whatever order it tests the operands in', () => {
+    const e = 'ip.src.country in {"CN" "RU"} and tcp.dstport == 22 or not (ip.proto == "udp" and udp.dstport in {53 123})';
+    for (const [country, proto, dport] of [['CN', 6, 22], ['DE', 6, 22], ['RU', 17, 53], ['RU', 17, 54], ['CN', 6, 23]] as const) {
+      const cs = (c: typeof ctx) => {
+        c.setString(S.field('ip.src.country').slot, country);
+        c.setString(S.field('ip.proto').slot, proto === 6 ? 'tcp' : 'udp');
+        c.setInt(S.field(proto === 6 ? 'tcp.dstport' : 'udp.dstport').slot, dport);
+      };
+      const want = (['CN', 'RU'].includes(country) && proto === 6 && dport === 22) || !(proto === 17 && [53, 123].includes(dport));
+      expect(run(e, cs), `${country} ${proto} ${dport}`).toBe(want);
+    }
   });
 });
