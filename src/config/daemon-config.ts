@@ -21,6 +21,8 @@ const schema = z.strictObject({
     account: z.string().min(1),
     /** The zone-level entrypoint, run after the account's. */
     zone: z.string().min(1).optional(),
+    /** Managed rulesets (JSON with their ids) that execute rules of the entrypoints run. */
+    managed: z.array(z.string().min(1)).default([]),
   }),
   /** List contents by name: { "svc.malware": "/etc/moat/lists/malware.txt" }. */
   lists: z.record(listName, z.string().min(1)).default({}),
@@ -112,6 +114,7 @@ export function validateDaemonConfig(raw: unknown, file = '<config>'): DaemonCon
   const abs = (p: string) => (isAbsolute(p) ? p : resolve(base, p));
   c.rules.account = abs(c.rules.account);
   if (c.rules.zone !== undefined) c.rules.zone = abs(c.rules.zone);
+  c.rules.managed = c.rules.managed.map(abs);
   for (const k of Object.keys(c.lists)) c.lists[k] = abs(c.lists[k]!);
   if (c.geoip.country !== undefined) c.geoip.country = abs(c.geoip.country);
   if (c.geoip.asn !== undefined) c.geoip.asn = abs(c.geoip.asn);

@@ -22,6 +22,7 @@ export function bundleFiles(c: DaemonConfig): BundleFiles {
     lists: Object.entries(c.lists).map(([name, file]) => ({ name, file })),
     geoip: c.geoip.country,
     asn: c.geoip.asn,
+    managed: c.rules.managed,
   };
 }
 
@@ -159,7 +160,7 @@ export class Daemon {
 
   private files(): string[] {
     const c = this.config;
-    return [c.rules.account, ...(c.rules.zone ? [c.rules.zone] : []), ...Object.values(c.lists), ...(c.geoip.country ? [c.geoip.country] : []), ...(c.geoip.asn ? [c.geoip.asn] : [])];
+    return [c.rules.account, ...(c.rules.zone ? [c.rules.zone] : []), ...c.rules.managed, ...Object.values(c.lists), ...(c.geoip.country ? [c.geoip.country] : []), ...(c.geoip.asn ? [c.geoip.asn] : [])];
   }
 
   private load(): LoadedBundle {

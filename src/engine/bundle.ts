@@ -9,6 +9,7 @@ import { MoatError } from '../errors/index.js';
 import { check, CODEGEN_LOCALS, ConstantPool, DEFAULT_LIMITS, generate, parse, type Limits, type ListProvider } from '../expr/index.js';
 import { planFor, TRANSIT_SCHEME, type DecodePlan } from '../packet/index.js';
 import type { ExecutionContext } from '../expr/index.js';
+import { expandExecutes, type ExpandedFrom, type ManagedRulesets } from './managed.js';
 import type { Rule, Ruleset } from './ruleset.js';
 
 /** What a bundle is made of. */
@@ -18,6 +19,8 @@ export interface BundleInput {
   /** Lists by canonical name (`svc.malware`, `office_blocklist`). Managed lists not given are empty. */
   lists?: ListProvider | undefined;
   limits?: Partial<Limits> | undefined;
+  /** Managed rulesets that execute rules run in place, by id. */
+  managed?: ManagedRulesets | undefined;
 }
 
 /** Which ruleset a rule came from. */
@@ -29,6 +32,8 @@ export interface CompiledRule {
   /** Position in its ruleset. */
   readonly index: number;
   readonly rule: Rule;
+  /** Set when the rule came from a managed ruleset run by an execute rule. */
+  readonly from?: ExpandedFrom | undefined;
   readonly fields: readonly string[];
   readonly lists: readonly string[];
 }
@@ -125,22 +130,26 @@ export function compileBundle(input: BundleInput): Evaluator {
     const rs = input[level];
     if (rs === undefined) continue;
     const start = rules.length;
-    rs.rules.forEach((rule, index) => {
-      const where = `${level} ruleset${rs.name ? ` "${rs.name}"` : ''}, rule ${index}${rule.id ? ` (${rule.id})` : ''}`;
+    const expanded = expandExecutes(rs, input.managed, `${level} ruleset${rs.name ? ` "${rs.name}"` : ''}`);
+    errors.push(...expanded.errors);
+    for (const { rule, index, from } of expanded.rules) {
+      const where = `${level} ruleset${rs.name ? ` "${rs.name}"` : ''}, rule ${index}${rule.id ? ` (${rule.id})` : ''}${from ? ` of managed ruleset ${from.managedId}` : ''}`;
       const pointer = `/rules/${index}/expression`;
+      // Expanded rules can be longer than one expression may be: their parts were each within the limit.
+      const ruleLimits = from === undefined ? limits : { ...limits, maxLength: limits.maxLength * 2 + 16 };
       try {
-        const ast = parse(rule.expression, limits);
+        const ast = parse(rule.expression, ruleLimits);
         const r = check(ast, TRANSIT_SCHEME, { lists });
         for (const e of r.errors) errors.push(locate(e, where, pointer));
-        rules.push({ level, index, rule, fields: r.fields, lists: r.lists });
+        rules.push({ level, index, rule, from, fields: r.fields, lists: r.lists });
         trees.push(r.tree);
       } catch (err) {
         if (!(err instanceof MoatError)) throw err;
         errors.push(locate(err, where, pointer));
-        rules.push({ level, index, rule, fields: [], lists: [] });
+        rules.push({ level, index, rule, from, fields: [], lists: [] });
         trees.push(null);
       }
-    });
+    }
     levels.push({ level, start, end: rules.length });
   }
   if (errors.length > 0) throw new BundleError(errors);

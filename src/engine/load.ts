@@ -20,6 +20,8 @@ export interface BundleFiles {
   geoip?: string | undefined;
   asn?: string | undefined;
   limits?: Partial<Limits> | undefined;
+  /** Managed rulesets (JSON files with an id) that execute rules run. */
+  managed?: readonly string[] | undefined;
 }
 
 /** A loaded bundle. */
@@ -58,6 +60,13 @@ export function loadBundle(files: BundleFiles): LoadedBundle {
   const country = files.geoip === undefined ? undefined : (openGeoIpSync(files.geoip, { kind: 'country' }).table as CountryTable);
   const asn = files.asn === undefined ? undefined : (openGeoIpSync(files.asn, { kind: 'asn' }).table as AsnTable);
   const table = AddressTable.build({ country, asn, lists });
-  const evaluator = compileBundle({ account: rulesets[0], zone: rulesets[1], lists: tableLists(table), limits: files.limits });
+  const managed = new Map<string, Ruleset>();
+  for (const f of files.managed ?? []) {
+    const m = parseRuleset(readText(f, 'RULESET_BAD_JSON'), f);
+    if (m.id === undefined) throw new MoatError('RULESET_BAD_SHAPE', `${f}: a managed ruleset needs its "id" (execute rules name it)`, { file: f, pointer: '/id' });
+    if (managed.has(m.id)) throw new MoatError('RULESET_BAD_SHAPE', `${f}: managed ruleset ${m.id} is given twice`, { file: f });
+    managed.set(m.id, m);
+  }
+  const evaluator = compileBundle({ account: rulesets[0], zone: rulesets[1], lists: tableLists(table), limits: files.limits, managed });
   return { evaluator, table, rulesets };
 }

@@ -4,8 +4,24 @@
 
 import { MoatError } from '../errors/index.js';
 
-/** Rule actions of the network_transit phase. */
-export type RuleAction = 'block' | 'skip' | 'log';
+/** Rule actions of the network_transit phase (`execute` runs a managed ruleset in place). */
+export type RuleAction = 'block' | 'skip' | 'log' | 'execute';
+
+/** Overrides of an execute rule: by rule id, then by category, then for the whole ruleset. */
+export interface ExecuteOverrides {
+  readonly action?: RuleAction | undefined;
+  readonly enabled?: boolean | undefined;
+  readonly categories?: ReadonlyArray<{ readonly category: string; readonly action?: RuleAction | undefined; readonly enabled?: boolean | undefined }> | undefined;
+  readonly rules?: ReadonlyArray<{ readonly id: string; readonly action?: RuleAction | undefined; readonly enabled?: boolean | undefined }> | undefined;
+}
+
+/** Parameters of skip (`ruleset: "current"`) and execute (`id`, `version`, `overrides`) rules. */
+export interface ActionParameters {
+  readonly ruleset?: string | undefined;
+  readonly id?: string | undefined;
+  readonly version?: string | undefined;
+  readonly overrides?: ExecuteOverrides | undefined;
+}
 
 /** A rule as stored and returned by the API. Unknown fields are kept but unused. */
 export interface Rule {
@@ -15,7 +31,9 @@ export interface Rule {
   readonly expression: string;
   readonly description?: string | undefined;
   readonly enabled: boolean;
-  readonly action_parameters?: { readonly ruleset?: string } | undefined;
+  readonly action_parameters?: ActionParameters | undefined;
+  /** Tags of a managed ruleset's rules. */
+  readonly categories?: readonly string[] | undefined;
 }
 
 /** A ruleset as stored and returned by the API. */
@@ -28,7 +46,9 @@ export interface Ruleset {
   readonly rules: readonly Rule[];
 }
 
-const ACTIONS: readonly string[] = ['block', 'skip', 'log'];
+const ACTIONS: readonly string[] = ['block', 'skip', 'log', 'execute'];
+/** Phases a ruleset file may name: the entrypoint's, and the managed one for managed rulesets. */
+const PHASES: readonly string[] = ['network_transit', 'magic_transit', 'network_transit_managed', 'magic_transit_managed'];
 
 function shape(message: string, pointer: string, file: string | undefined): MoatError {
   return new MoatError('RULESET_BAD_SHAPE', `${file === undefined ? '' : file + ': '}${message} (at ${pointer || '/'})`, { pointer, file });
@@ -59,7 +79,7 @@ export function toRuleset(json: unknown, file?: string): Ruleset {
   }
   if (!isObject(doc)) throw shape('a ruleset is a JSON object', at, file);
   const phase = optionalString(doc, 'phase', at, file);
-  if (phase !== undefined && phase !== 'network_transit' && phase !== 'magic_transit') {
+  if (phase !== undefined && !PHASES.includes(phase)) {
     throw new MoatError('RULESET_BAD_PHASE', `${file === undefined ? '' : file + ': '}phase is "${phase}", not "network_transit"`, {
       pointer: `${at}/phase`,
       file,
@@ -105,6 +125,23 @@ function toRule(r: unknown, at: string, file: string | undefined): Rule {
       );
     }
   }
+  let actionParameters: ActionParameters | undefined;
+  if (action === 'execute') {
+    if (typeof params?.['id'] !== 'string') {
+      throw new MoatError('RULESET_BAD_EXECUTE', `${file === undefined ? '' : file + ': '}an execute rule needs action_parameters.id, the id of a managed ruleset (at ${at}/action_parameters/id)`, {
+        pointer: `${at}/action_parameters/id`,
+        file,
+      });
+    }
+    actionParameters = {
+      id: params['id'],
+      version: typeof params['version'] === 'string' ? params['version'] : undefined,
+      overrides: isObject(params['overrides']) ? (params['overrides'] as ExecuteOverrides) : undefined,
+    };
+  } else if (params !== undefined && params !== null) {
+    actionParameters = { ruleset: params['ruleset'] as string };
+  }
+  const categories = r['categories'];
   return {
     id: optionalString(r, 'id', at, file),
     version: optionalString(r, 'version', at, file),
@@ -112,7 +149,8 @@ function toRule(r: unknown, at: string, file: string | undefined): Rule {
     expression,
     description: optionalString(r, 'description', at, file),
     enabled,
-    action_parameters: params === undefined || params === null ? undefined : { ruleset: params['ruleset'] as string },
+    action_parameters: actionParameters,
+    categories: Array.isArray(categories) ? categories.filter((c): c is string => typeof c === 'string') : undefined,
   };
 }
 

@@ -11,6 +11,7 @@ import { CliError, type Output } from '../output.js';
 
 interface ReplayFlags {
   rules: string[];
+  managed: string[];
   list: string[];
   geoip?: string;
   asn?: string;
@@ -33,6 +34,7 @@ export function registerReplay(program: Command, out: Output): void {
     .description('judge the packets of pcap/pcapng files with network_transit rulesets and report the verdicts')
     .argument('<capture...>', 'pcap or pcapng files, read in order')
     .requiredOption('--rules <file>', 'ruleset JSON as the API returns it (object or v4 envelope); give it twice for account then zone', collect, [])
+    .option('--managed <file>', 'a managed ruleset (JSON with its id) that execute rules of the rulesets run (repeatable)', collect, [])
     .option('--list <name=file>', 'contents of a list: svc.malware=file, office_blocklist=file (repeatable)', collect, [])
     .option('--geoip <file>', 'country database (MaxMind DB: GeoLite2/GeoIP2 Country or City, DB-IP country)')
     .option('--asn <file>', 'AS number database (MaxMind DB: GeoLite2 ASN, DB-IP ASN)')
@@ -57,7 +59,7 @@ function replay(captures: string[], flags: ReplayFlags, out: Output): void {
   });
   let loaded;
   try {
-    loaded = loadBundle({ rules: flags.rules, lists, geoip: flags.geoip, asn: flags.asn });
+    loaded = loadBundle({ rules: flags.rules, lists, geoip: flags.geoip, asn: flags.asn, managed: flags.managed });
   } catch (err) {
     if (err instanceof BundleError) {
       for (const e of err.errors) out.stderr(`moat: ${e.message}${e.hint ? ` (hint: ${e.hint})` : ''}`);
