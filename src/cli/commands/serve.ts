@@ -61,7 +61,11 @@ export function registerServe(program: Command, out: Output): void {
         throw new CliError(`cannot listen on ${flags.listen}: ${(err as Error).message}`);
       }
       const shown = host.includes(':') ? `[${host}]` : host;
-      const url = `http://${shown}:${port}${BASE_PATH}`;
+      // The bound port, not the requested one: with --listen HOST:0 the kernel
+      // picks it, and the printed URL is how callers find the server.
+      const addr = app.server.address();
+      const bound = addr !== null && typeof addr === 'object' ? addr.port : port;
+      const url = `http://${shown}:${bound}${BASE_PATH}`;
       out.stdout(`moat: control plane listening on ${url} (database ${store.file})`);
       if (first !== undefined) {
         out.stdout(`moat: created the first user (the key is shown once; it is also in ${join(flags.dataDir, 'first-user.json')}, mode 0600):`);
