@@ -599,6 +599,19 @@ export class RulesetService {
     });
   }
 
+  /**
+   * Deletes a managed ruleset with every version (operator command). Refused
+   * (7207) while an execute rule deploys it: customers cannot delete managed
+   * rulesets, so this is the only path where that check can fire for them.
+   */
+  deleteManaged(id: string): void {
+    this.store.write(() => {
+      const row = this.rulesets.get(id);
+      if (row === undefined || row.kind !== 'managed') throw apiError('RULESET_NOT_FOUND', `Could not find managed ruleset ${id}`);
+      this.deleteChecked(row);
+    });
+  }
+
   /** Every managed ruleset (operator view, latest versions). */
   listManaged(): RulesetView[] {
     return this.store.read(() =>
