@@ -9,6 +9,7 @@
 import type { Checked, IntOperand, ListProvider } from './checked.js';
 import { compileChecked, intGetter, intSetBitmap } from './compiler.js';
 import type { ExecutionContext } from './context.js';
+import { IpRangeSet } from '../net/index.js';
 
 /**
  * Names the generated code uses. The engine's generated function declares them:
@@ -73,6 +74,20 @@ export function generate(node: Checked, pool: ConstantPool, lists: ListProvider 
         const pre = lists?.get(node.list)?.precomputed;
         const slot = pre?.slotFor(node.field.name);
         if (pre !== undefined && slot !== undefined) return `((I[${int(slot)}] & ${num(pre.bit)}) !== 0)`;
+      }
+      if (node.kind === 'ip-in' && node.set instanceof IpRangeSet && node.set.v4.size <= 4) {
+        // A few IPv4 ranges inline as comparisons; IPv6 addresses go to the predicate.
+        const s = int(node.field.slot);
+        const set = node.set.v4;
+        const terms: string[] = [];
+        for (let i = 0; i < set.size; i++) {
+          const lo = num(set.lo[i]!);
+          const hi = num(set.hi[i]!);
+          terms.push(lo === hi ? `A4[${s}] === ${lo}` : `(A4[${s}] >= ${lo} && A4[${s}] <= ${hi})`);
+        }
+        const v4 = terms.length === 0 ? 'false' : `(${terms.join(' || ')})`;
+        const v6 = node.set.v6.count === 0 ? 'false' : `${pool.ref(compileChecked(node, lists))}(c)`;
+        return `(F[${s}] === 4 ? ${v4} : F[${s}] === 6 && ${v6})`;
       }
       if (node.kind === 'int-in' && node.lhs.kind === 'field') {
         const v = `I[${int(node.lhs.field.slot)}]`;
@@ -143,6 +158,8 @@ function cost(node: Checked, lists: ListProvider | undefined): number {
       return node.lhs.kind === 'field' ? (node.set.size <= 4 ? node.set.size : 2) : 8;
     case 'ip-cmp':
       return node.value.family === 4 || node.op === '==' || node.op === '!=' ? 2 : 8;
+    case 'ip-in':
+      return node.set.v4.size <= 4 ? 2 : 8;
     case 'ip-list': {
       const pre = lists?.get(node.list)?.precomputed;
       return pre !== undefined && pre.slotFor(node.field.name) !== undefined ? 1 : 8;

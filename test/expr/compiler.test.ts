@@ -2,7 +2,7 @@
 // keys, bit slicing) give the same answers at their edges as the plain meaning.
 import { PerformanceObserver } from 'node:perf_hooks';
 import { describe, expect, it } from 'vitest';
-import { check, compileExpression, ConstantPool, DEFAULT_LIMITS, generate, parse } from '../../src/expr/index.js';
+import { check, compileChecked, compileExpression, compileGenerated, ConstantPool, DEFAULT_LIMITS, generate, parse } from '../../src/expr/index.js';
 import { TRANSIT_SCHEME as S } from '../../src/packet/index.js';
 
 const ctx = S.newContext();
@@ -157,6 +157,22 @@ describe('generated code', () => {
     const or = gen('ip.proto == "gre" or tcp.flags.syn or tcp.dstport == 1');
     expect(or.indexOf('B[')).toBeLessThan(or.indexOf('=== 1)'));
     expect(or.indexOf('=== 1)')).toBeLessThan(or.indexOf('K[0](c)'));
+  });
+
+  it('decides small IPv4 sets inline as the closure predicate does, at every bound and for IPv6 and absent addresses', () => {
+    for (const e of ['ip.src in {192.0.2.0/24 198.51.100.7 2001:db8::/32}', 'ip.src in {10.0.0.0/8 0.0.0.0 255.255.255.255}', 'ip.src in {2001:db8::/32}', 'ip.src in {0.0.0.0/0}']) {
+      const r = check(parse(e, DEFAULT_LIMITS), S, {});
+      const fast = compileGenerated(r.tree!, undefined);
+      const slow = compileChecked(r.tree!, undefined);
+      expect(gen(e).includes('A4['), e).toBe(!e.startsWith('ip.src in {2001'));
+      const ips = ['192.0.1.255', '192.0.2.0', '192.0.2.255', '192.0.3.0', '198.51.100.6', '198.51.100.7', '198.51.100.8', '0.0.0.0', '255.255.255.255',
+        '9.255.255.255', '10.0.0.0', '10.255.255.255', '11.0.0.0', '2001:db8::', '2001:db7:ffff::1', '2001:db9::', '::'];
+      for (const ip of [...ips, null]) {
+        ctx.reset();
+        if (ip !== null) ctx.setIp(S.field('ip.src').slot, ip);
+        expect(fast(ctx), `${e} / ${ip}`).toBe(slow(ctx));
+      }
+    }
   });
 
   it('gives the same answers whatever order it tests the operands in', () => {
