@@ -4,7 +4,7 @@
 
 import type { Command } from 'commander';
 import { Database, Users } from '../../store/index.js';
-import type { Output } from '../output.js';
+import { CliError, type Output } from '../output.js';
 import { DEFAULT_DATA_DIR } from './serve.js';
 
 const collect = (v: string, acc: string[]) => [...acc, v];
@@ -31,6 +31,9 @@ export function registerUsers(program: Command, out: Output): void {
     .option('--key <key>', 'use this key (16-128 of A-Z a-z 0-9 _ -) instead of a generated one')
     .option('--json', 'print the result as JSON')
     .action((flags: { dataDir: string; email: string; account: string[]; zone: string[]; key?: string; json?: boolean }) => {
+      // requiredOption is satisfied by the [] default of a repeatable option, so
+      // a missing --account is caught here, as the usage error it is (exit 2).
+      if (flags.account.length === 0) throw new CliError('users create: give at least one --account <id>');
       const r = withUsers(flags.dataDir, (u) => u.create({ email: flags.email, accounts: flags.account, zones: flags.zone, key: flags.key }));
       if (flags.json === true) {
         out.stdout(JSON.stringify({ ...r.user, key: flags.key === undefined ? r.key : undefined }));
