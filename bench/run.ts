@@ -1,7 +1,8 @@
 // Runs the benchmarks: `npm run bench [-- name...]` (names: expr, pcap-reader, pipeline, address-table,
-// inline, soak). Without names every benchmark but the 10-minute soak runs. inline and
+// inline, api, soak). Without names every benchmark but the 10-minute soak runs. inline and
 // soak need root, iperf3 and network namespaces.
 import { runAddressTableBench } from './address-table.bench.js';
+import { runApiBench } from './api.bench.js';
 import { runExprBench } from './expr.bench.js';
 import { runInlineBench } from './inline.bench.js';
 import { runPcapReaderBench } from './pcap-reader.bench.js';
@@ -14,6 +15,7 @@ const BENCHES: Record<string, () => void | Promise<void>> = {
   pipeline: runPipelineBench,
   'address-table': runAddressTableBench,
   inline: runInlineBench,
+  api: runApiBench,
   soak: () => runSoak(Number(process.env.MOAT_SOAK_SECONDS ?? 600)),
 };
 

@@ -1,0 +1,177 @@
+// Control-plane throughput and latency: `moat serve` (the built binary, its own
+// process, a real SQLite file) under a load generator (autocannon) on loopback.
+//   * reading an entrypoint of 50 rules (GET .../rulesets/phases/network_transit/entrypoint);
+//   * adding a rule (POST .../rulesets/{id}/rules), round-robin over 100 rulesets
+//     so none reaches the 200-rule cap; every add is a new durable version.
+// References in the same run:
+//   * a bare node:http server in its own process answering the same entrypoint
+//     bytes (the ceiling of any Node HTTP server on this machine);
+//   * the durable-write floor: one IMMEDIATE transaction per insert of a
+//     rule-sized row with synchronous=FULL (what each add must at least pay).
+// Knobs: MOAT_BENCH_API_SECONDS (default 10), MOAT_BENCH_API_CONNECTIONS (default 16).
+
+import { spawn, type ChildProcess } from 'node:child_process';
+import { mkdtempSync, rmSync, statSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import autocannon from 'autocannon';
+import BetterSqlite3 from 'better-sqlite3';
+import { Database, Users, newId } from '../src/store/index.js';
+
+const SECONDS = Number(process.env.MOAT_BENCH_API_SECONDS ?? 10);
+const CONNECTIONS = Number(process.env.MOAT_BENCH_API_CONNECTIONS ?? 16);
+const BIN = new URL('../src/cli/main.js', import.meta.url).pathname;
+
+function rules50(): object[] {
+  const out: object[] = [{ action: 'skip', action_parameters: { ruleset: 'current' }, expression: 'tcp.dstport in {22 443 8000..8080}', description: 'allow admin and web' }];
+  const countries = ['CN', 'RU', 'KP', 'IR', 'BR', 'IN', 'VN', 'NG'];
+  for (let i = 1; i < 50; i++) {
+    const kind = i % 5;
+    const expression =
+      kind === 0
+        ? `ip.geoip.country in {"${countries[i % 8]}" "${countries[(i + 3) % 8]}"}`
+        : kind === 1
+          ? `tcp.dstport in {${1000 + i} ${2000 + i}..${2100 + i}} and ip.src in {10.${i}.0.0/16}`
+          : kind === 2
+            ? `ip.src in $svc.malware or ip.dst in $svc.botnetcc`
+            : kind === 3
+              ? `udp.dstport == ${5000 + i} and ip.len > ${i * 10}`
+              : `tcp.flags.syn and not tcp.flags.ack and ip.ttl < ${i + 10}`;
+    out.push({ action: i % 7 === 0 ? 'log' : 'block', expression, description: `rule ${i}` });
+  }
+  return out;
+}
+
+function startServer(dataDir: string): Promise<{ child: ChildProcess; base: string }> {
+  return new Promise((resolve, reject) => {
+    const child = spawn(process.execPath, [BIN, 'serve', '--data-dir', dataDir, '--listen', '127.0.0.1:0', '--log-level', 'warn'], { stdio: ['ignore', 'pipe', 'inherit'] });
+    let buf = '';
+    child.stdout!.on('data', (d: Buffer) => {
+      buf += d.toString();
+      const m = /listening on (http:\/\/\S+)/.exec(buf);
+      if (m !== null) resolve({ child, base: m[1]! });
+    });
+    child.once('exit', (code) => reject(new Error(`moat serve exited with ${code}`)));
+  });
+}
+
+function bareServer(body: string): Promise<{ child: ChildProcess; url: string }> {
+  const script = `
+    const http = require('node:http');
+    const body = Buffer.from(process.env.BODY);
+    const s = http.createServer((req, res) => { res.writeHead(200, {'content-type': 'application/json', 'content-length': body.length}); res.end(body); });
+    s.listen(0, '127.0.0.1', () => console.log('port ' + s.address().port));`;
+  return new Promise((resolve) => {
+    const child = spawn(process.execPath, ['-e', script], { env: { ...process.env, BODY: body }, stdio: ['ignore', 'pipe', 'inherit'] });
+    child.stdout!.once('data', (d: Buffer) => resolve({ child, url: `http://127.0.0.1:${/port (\d+)/.exec(d.toString())![1]}` }));
+  });
+}
+
+interface Load {
+  rps: number;
+  p50: number;
+  p99: number;
+  non2xx: number;
+  errors: number;
+  total: number;
+}
+
+async function load(opts: autocannon.Options): Promise<Load> {
+  const r = await autocannon({ connections: CONNECTIONS, duration: SECONDS, ...opts });
+  return { rps: r.requests.average, p50: r.latency.p50, p99: r.latency.p99, non2xx: r.non2xx, errors: r.errors + r.timeouts, total: r.requests.total };
+}
+
+function line(name: string, l: Load, ref?: Load): void {
+  const ratio = ref === undefined ? '' : `  (${(l.rps / ref.rps).toFixed(2)}x the reference)`;
+  console.log(
+    `${name.padEnd(46)} ${l.rps.toFixed(0).padStart(7)} req/s  p50 ${String(l.p50).padStart(4)} ms  p99 ${String(l.p99).padStart(4)} ms  (${l.total} requests, ${l.non2xx} non-2xx, ${l.errors} errors)${ratio}`,
+  );
+}
+
+/** The durable-write floor: one committed, fsynced transaction per rule-sized insert. */
+function writeFloor(dir: string): { perSec: number; p99: number } {
+  const db = new BetterSqlite3(join(dir, 'floor.db'));
+  db.pragma('journal_mode = WAL');
+  db.pragma('synchronous = FULL');
+  db.exec('CREATE TABLE t (id INTEGER PRIMARY KEY, body TEXT)');
+  const ins = db.prepare('INSERT INTO t (body) VALUES (?)');
+  const body = JSON.stringify(rules50().slice(0, 10));
+  const lat: number[] = [];
+  const end = Date.now() + Math.min(5, SECONDS) * 1000;
+  const t0 = process.hrtime.bigint();
+  while (Date.now() < end) {
+    const s = process.hrtime.bigint();
+    db.transaction(() => ins.run(body)).immediate();
+    lat.push(Number(process.hrtime.bigint() - s) / 1e6);
+  }
+  const secs = Number(process.hrtime.bigint() - t0) / 1e9;
+  db.close();
+  lat.sort((a, b) => a - b);
+  return { perSec: lat.length / secs, p99: lat[Math.floor(lat.length * 0.99)]! };
+}
+
+/** Runs the API benchmark. */
+export async function runApiBench(): Promise<void> {
+  console.log(`\n## Control plane API (moat serve, ${CONNECTIONS} connections, ${SECONDS} s per load)`);
+  const dir = mkdtempSync(join(tmpdir(), 'moat-api-bench-'));
+  const dataDir = join(dir, 'data');
+  const email = 'bench@example.com';
+  const account = newId();
+  const key = 'k' + newId();
+  {
+    const store = Database.open(dataDir);
+    new Users(store).create({ email, accounts: [account], key });
+    store.close();
+  }
+  const { child, base } = await startServer(dataDir);
+  const headers = { 'x-auth-email': email, 'x-auth-key': key, 'content-type': 'application/json' };
+  const children: ChildProcess[] = [child];
+  try {
+    const put = await fetch(`${base}/accounts/${account}/rulesets/phases/network_transit/entrypoint`, { method: 'PUT', headers, body: JSON.stringify({ rules: rules50() }) });
+    if (put.status !== 200) throw new Error(`setup PUT failed: ${put.status} ${await put.text()}`);
+    const entryUrl = `${base}/accounts/${account}/rulesets/phases/network_transit/entrypoint`;
+    const entryBody = await (await fetch(entryUrl, { headers })).text();
+
+    const bare = await bareServer(entryBody);
+    children.push(bare.child);
+    const ref = await load({ url: bare.url });
+    const get = await load({ url: entryUrl, headers });
+    line(`bare node:http, same ${entryBody.length}-byte body`, ref);
+    line('GET entrypoint (50 rules)', get, ref);
+    bare.child.kill();
+
+    const ids: string[] = [];
+    for (let i = 0; i < 100; i++) {
+      const r = await fetch(`${base}/accounts/${account}/rulesets`, { method: 'POST', headers, body: JSON.stringify({ name: `bench ${i}`, kind: 'custom', phase: 'network_transit' }) });
+      ids.push(((await r.json()) as { result: { id: string } }).result.id);
+    }
+    let n = 0;
+    const floor = writeFloor(dir);
+    const add = await load({
+      url: base,
+      headers,
+      // Cap the adds so that no ruleset passes the 200-rule limit (100 rulesets x 190 rules).
+      amount: 19_000,
+      requests: [
+        {
+          method: 'POST',
+          setupRequest: (req) => {
+            const i = n++;
+            return {
+              ...req,
+              path: `/client/v4/accounts/${account}/rulesets/${ids[i % ids.length]}/rules`,
+              body: JSON.stringify({ action: 'block', expression: `tcp.dstport == ${1 + (i % 65535)} and ip.src in {192.0.2.0/24}`, description: `bench ${i}` }),
+            };
+          },
+        },
+      ],
+    });
+    console.log(`${'durable-write floor (1 fsynced tx per insert)'.padEnd(46)} ${floor.perSec.toFixed(0).padStart(7)} tx/s               p99 ${floor.p99.toFixed(1)} ms (in process, no HTTP)`);
+    line('POST rule (new version each, 100 rulesets)', add);
+    console.log(`add-rule throughput is ${(add.rps / floor.perSec).toFixed(2)}x the durable-write floor; database now ${(statSync(join(dataDir, 'moat.db')).size / 1e6).toFixed(1)} MB`);
+    if (get.non2xx + get.errors + add.non2xx + add.errors > 0) console.log('WARNING: some requests failed; the figures above are not valid');
+  } finally {
+    for (const c of children) c.kill('SIGTERM');
+    rmSync(dir, { recursive: true, force: true });
+  }
+}
