@@ -6,6 +6,8 @@
 // and runs in one IMMEDIATE transaction, so concurrent writers stay linear.
 
 import type { MoatError } from '../errors/index.js';
+import { checkExpression } from '../expr/index.js';
+import { TRANSIT_SCHEME } from '../packet/index.js';
 import { ListStore, newId, nowStamp, RulesetStore, type Database, type RulesetRow, type StoredRule } from '../store/index.js';
 import { ApiErrors, apiError, invalidField } from './api-error.js';
 import type { Scope } from './auth.js';
@@ -283,20 +285,6 @@ export class RulesetService {
     };
   }
 
-  /** Re-validates stored rules (for add/patch/delete, the other rules are re-checked too: a list may have gone). */
-  private inputsOf(rules: readonly StoredRule[], env: RuleEnv, at: string): RuleInput[] {
-    const errors: MoatError[] = [];
-    const out: RuleInput[] = [];
-    rules.forEach((r, i) => {
-      const { version: _v, last_updated: _l, categories: _c, ...body } = r;
-      const v = validateRule(body, `${at}/${i}`, env);
-      errors.push(...v.errors);
-      if (v.rule !== undefined) out.push(v.rule);
-    });
-    if (errors.length > 0) throw new ApiErrors(errors);
-    return out;
-  }
-
   // ---- writing ---------------------------------------------------------------
 
   /** Runs a write, or (dry run) validates it and rolls everything back. */
@@ -435,8 +423,7 @@ export class RulesetService {
       const now = nowStamp();
       const rule = this.stored(v.rule, undefined, next, now);
       const rules = insertAt([...latest.rules], rule, position);
-      const inputs = this.inputsOf(rules, env, '/rules');
-      const version = this.rulesets.addVersion(row.id, latest.description, now, rules, this.refsOf(rules, inputs));
+      const version = this.rulesets.addVersion(row.id, latest.description, now, rules, refsOfStored(rules));
       return this.view(this.rulesets.get(row.id)!, version);
     });
   }
@@ -467,8 +454,7 @@ export class RulesetService {
       const rest = latest.rules.filter((r) => r.id !== ruleId);
       const rules =
         positionBody === undefined ? latest.rules.map((r) => (r.id === ruleId ? rule : r)) : insertAt(rest, rule, parsePosition(positionBody, rest, false));
-      const inputs = this.inputsOf(rules, env, '/rules');
-      const version = this.rulesets.addVersion(row.id, latest.description, now, rules, this.refsOf(rules, inputs));
+      const version = this.rulesets.addVersion(row.id, latest.description, now, rules, refsOfStored(rules));
       return this.view(this.rulesets.get(row.id)!, version);
     });
   }
@@ -480,13 +466,7 @@ export class RulesetService {
       const latest = this.rulesets.version(row.id, row.latest_version)!;
       if (!latest.rules.some((r) => r.id === ruleId)) throw apiError('RULE_NOT_FOUND', `Could not find rule ${ruleId} in ruleset ${row.id}`);
       const rules = latest.rules.filter((r) => r.id !== ruleId);
-      // The remaining rules are not re-validated here: deleting a rule must
-      // work even when another rule names a list that was removed since.
-      const refs = {
-        lists: [...new Set(rules.flatMap((r) => [...r.expression.matchAll(/\$([A-Za-z0-9_.]+)/g)].map((m) => m[1]!)))],
-        executes: rules.flatMap((r) => (r.action === 'execute' && typeof r.action_parameters?.['id'] === 'string' ? [executeRef(r)] : [])),
-      };
-      const version = this.rulesets.addVersion(row.id, latest.description, nowStamp(), rules, refs);
+      const version = this.rulesets.addVersion(row.id, latest.description, nowStamp(), rules, refsOfStored(rules));
       return this.view(this.rulesets.get(row.id)!, version);
     });
   }
@@ -529,10 +509,7 @@ export class RulesetService {
       // The references describe the latest version, which is now an older one.
       const now = this.rulesets.get(row.id)!;
       const rules = this.rulesets.version(row.id, now.latest_version)!.rules;
-      this.rulesets.setRefs(row.id, {
-        lists: [...new Set(rules.flatMap((r) => [...r.expression.matchAll(/\$([A-Za-z0-9_.]+)/g)].map((m) => m[1]!)))],
-        executes: rules.flatMap((r) => (r.action === 'execute' && typeof r.action_parameters?.['id'] === 'string' ? [executeRef(r)] : [])),
-      });
+      this.rulesets.setRefs(row.id, refsOfStored(rules));
     }
   }
 
@@ -621,6 +598,32 @@ export class RulesetService {
       }),
     );
   }
+}
+
+// Lists named by stored expressions, by expression text. Adding a rule to a
+// ruleset of n rules used to re-check all n expressions to recompute what the
+// version references; stored expressions were checked when written and a list
+// in use cannot be deleted, so only the names are needed, and they depend on
+// the text alone.
+const LISTS_MEMO = new Map<string, readonly string[]>();
+const LISTS_MEMO_SIZE = 20_000;
+
+function listsOfExpression(expression: string): readonly string[] {
+  let lists = LISTS_MEMO.get(expression);
+  if (lists === undefined) {
+    lists = checkExpression(expression, { scheme: TRANSIT_SCHEME, limits: { maxLength: Number.MAX_SAFE_INTEGER } }).lists;
+    if (LISTS_MEMO.size >= LISTS_MEMO_SIZE) LISTS_MEMO.delete(LISTS_MEMO.keys().next().value!);
+    LISTS_MEMO.set(expression, lists);
+  }
+  return lists;
+}
+
+/** What stored rules reference: lists (by canonical name) and executed rulesets. */
+function refsOfStored(rules: readonly StoredRule[]): { lists: string[]; executes: { id: string; version: number | null }[] } {
+  return {
+    lists: [...new Set(rules.flatMap((r) => listsOfExpression(r.expression)))],
+    executes: rules.flatMap((r) => (r.action === 'execute' && typeof r.action_parameters?.['id'] === 'string' ? [executeRef(r)] : [])),
+  };
 }
 
 function executeRef(r: StoredRule): { id: string; version: number | null } {
