@@ -287,25 +287,26 @@ export class RulesetService {
 
   // ---- writing ---------------------------------------------------------------
 
-  /** Runs a write, or (dry run) validates it and rolls everything back. */
-  private writeTx<T>(dryRun: boolean, fn: () => T): T | null {
-    if (!dryRun) return this.store.write(fn);
+  /**
+   * Runs a write in a group commit (see Database.writeGrouped), or (dry run)
+   * validates it and rolls its savepoint back.
+   */
+  private async writeTx<T>(dryRun: boolean, fn: () => T): Promise<T | null> {
+    if (!dryRun) return this.store.writeGrouped(fn);
     const DRY = Symbol('dry run');
-    let value: T | undefined;
     try {
-      this.store.write(() => {
-        value = fn();
+      await this.store.writeGrouped(() => {
+        fn();
         throw DRY;
       });
     } catch (err) {
       if (err !== DRY) throw err;
     }
-    void value;
     return null;
   }
 
   /** POST /rulesets: creates a ruleset with version 1. */
-  create(scope: Scope, body: unknown, dryRun: boolean): RulesetView | null {
+  async create(scope: Scope, body: unknown, dryRun: boolean): Promise<RulesetView | null> {
     if (!isObject(body)) throw new ApiErrors([invalidField('', 'the body must be a ruleset object')]);
     const errors: MoatError[] = [];
     const name = body['name'];
@@ -380,13 +381,13 @@ export class RulesetService {
   }
 
   /** PUT /rulesets/{id}: a new version with exactly the rules sent. */
-  update(scope: Scope, id: string, body: unknown, dryRun: boolean): RulesetView | null {
+  async update(scope: Scope, id: string, body: unknown, dryRun: boolean): Promise<RulesetView | null> {
     if (!isObject(body)) throw new ApiErrors([invalidField('', 'the body must be a ruleset object')]);
     return this.writeTx(dryRun, () => this.replaceRules(this.writable(scope, id), scope, body));
   }
 
   /** PUT /rulesets/phases/{phase}/entrypoint: updates the entrypoint, creating it when missing. */
-  putEntrypoint(scope: Scope, phase: string, body: unknown, dryRun: boolean): RulesetView | null {
+  async putEntrypoint(scope: Scope, phase: string, body: unknown, dryRun: boolean): Promise<RulesetView | null> {
     if (!isObject(body)) throw new ApiErrors([invalidField('', 'the body must be a ruleset object')]);
     const p = canonicalPhase(phase);
     if (p === undefined) throw apiError('RULESET_BAD_PHASE_NAME', `'${phase}' is not a valid phase; phases are ${PHASES.join(', ')}`);
@@ -405,7 +406,7 @@ export class RulesetService {
   }
 
   /** POST /rulesets/{id}/rules: adds one rule at a position (default: last). */
-  addRule(scope: Scope, id: string, body: unknown, dryRun: boolean): RulesetView | null {
+  async addRule(scope: Scope, id: string, body: unknown, dryRun: boolean): Promise<RulesetView | null> {
     if (!isObject(body)) throw new ApiErrors([invalidField('', 'the body must be a rule object')]);
     return this.writeTx(dryRun, () => {
       const row = this.writable(scope, id);
@@ -429,7 +430,7 @@ export class RulesetService {
   }
 
   /** PATCH /rulesets/{id}/rules/{rule_id}: replaces one rule's definition and/or moves it. */
-  editRule(scope: Scope, id: string, ruleId: string, body: unknown, dryRun: boolean): RulesetView | null {
+  async editRule(scope: Scope, id: string, ruleId: string, body: unknown, dryRun: boolean): Promise<RulesetView | null> {
     if (!isObject(body)) throw new ApiErrors([invalidField('', 'the body must be a rule object')]);
     return this.writeTx(dryRun, () => {
       const row = this.writable(scope, id);
@@ -460,7 +461,7 @@ export class RulesetService {
   }
 
   /** DELETE /rulesets/{id}/rules/{rule_id}: a new version without that rule. */
-  deleteRule(scope: Scope, id: string, ruleId: string, dryRun: boolean): RulesetView | null {
+  async deleteRule(scope: Scope, id: string, ruleId: string, dryRun: boolean): Promise<RulesetView | null> {
     return this.writeTx(dryRun, () => {
       const row = this.writable(scope, id);
       const latest = this.rulesets.version(row.id, row.latest_version)!;
@@ -472,8 +473,8 @@ export class RulesetService {
   }
 
   /** DELETE /rulesets/{id}: every version goes. Refused while an execute rule deploys it. */
-  delete(scope: Scope, id: string, dryRun: boolean): void {
-    this.writeTx(dryRun, () => {
+  async delete(scope: Scope, id: string, dryRun: boolean): Promise<void> {
+    await this.writeTx(dryRun, () => {
       const row = this.writable(scope, id);
       this.deleteChecked(row);
     });
@@ -488,8 +489,8 @@ export class RulesetService {
   }
 
   /** DELETE /rulesets/{id}/versions/{v}: refused for the latest version of a deployed ruleset, and for the only version. */
-  deleteVersion(scope: Scope, id: string, version: string, dryRun: boolean): void {
-    this.writeTx(dryRun, () => {
+  async deleteVersion(scope: Scope, id: string, version: string, dryRun: boolean): Promise<void> {
+    await this.writeTx(dryRun, () => {
       const row = this.writable(scope, id);
       this.deleteVersionChecked(row, versionNumber(version, id));
     });

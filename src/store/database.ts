@@ -32,9 +32,11 @@ export interface OpenOptions {
  * in test/store/database.test.ts guards that).
  */
 function cachePreparedStatements(db: Db): void {
-  const prepare = db.prepare.bind(db);
+  const prepare = db.prepare.bind(db) as (...args: unknown[]) => BetterSqlite3.Statement;
   const cache = new Map<string, BetterSqlite3.Statement>();
-  db.prepare = ((sql: string) => {
+  db.prepare = ((sql: string, ...internal: unknown[]) => {
+    // better-sqlite3 itself calls prepare with extra internal arguments: pass those through uncached.
+    if (internal.length > 0) return prepare(sql, ...internal);
     let st = cache.get(sql);
     if (st === undefined) {
       st = prepare(sql);
@@ -80,7 +82,13 @@ export class Database {
     }
     cachePreparedStatements(db);
     const d = new Database(db, file);
-    d.migrate();
+    try {
+      d.migrate();
+    } catch (err) {
+      // A refused or failed migration must not leave the file open behind the error.
+      db.close();
+      throw err;
+    }
     return d;
   }
 
@@ -112,12 +120,63 @@ export class Database {
     }
   }
 
+  /** True while a write transaction (write or writeGrouped) runs: what is read then may still roll back. */
+  get writing(): boolean {
+    return this.writeDepth > 0;
+  }
+
+  private writeDepth = 0;
+  private queued: Array<{ fn: () => unknown; resolve: (v: unknown) => void; reject: (e: unknown) => void }> = [];
+  private flushScheduled = false;
+
+  /**
+   * Runs `fn` in a transaction shared with the other writes queued in the same
+   * turn of the event loop (group commit): each runs in its own savepoint, so
+   * one that throws rolls back alone and gets its error, and one COMMIT (one
+   * fsync) makes them all durable before any of them resolves. Under
+   * concurrent API writers the commit, not the work, was the cost: 66% of the
+   * server's CPU time adding rules was inside COMMIT.
+   */
+  writeGrouped<T>(fn: () => T): Promise<T> {
+    return new Promise<T>((resolve, reject) => {
+      this.queued.push({ fn, resolve: resolve as (v: unknown) => void, reject });
+      if (!this.flushScheduled) {
+        this.flushScheduled = true;
+        setImmediate(() => this.flush());
+      }
+    });
+  }
+
+  private flush(): void {
+    this.flushScheduled = false;
+    const jobs = this.queued;
+    this.queued = [];
+    const outcomes: Array<{ ok: boolean; value: unknown }> = [];
+    try {
+      this.write(() => {
+        for (const job of jobs) {
+          try {
+            // A nested transaction function runs in a savepoint (better-sqlite3).
+            outcomes.push({ ok: true, value: this.db.transaction(job.fn)() });
+          } catch (err) {
+            outcomes.push({ ok: false, value: err });
+          }
+        }
+      });
+    } catch (err) {
+      for (const job of jobs) job.reject(err);
+      return;
+    }
+    jobs.forEach((job, i) => (outcomes[i]!.ok ? job.resolve(outcomes[i]!.value) : job.reject(outcomes[i]!.value)));
+  }
+
   /**
    * Runs `fn` in one IMMEDIATE transaction (the write lock is taken at BEGIN,
    * so two writers never both read a version number and then both write it).
    * Everything or nothing is committed.
    */
   write<T>(fn: () => T): T {
+    this.writeDepth++;
     try {
       return this.db.transaction(fn).immediate();
     } catch (err) {
@@ -125,6 +184,8 @@ export class Database {
         throw new MoatError('STORE_BUSY', 'the database is busy (another writer holds it); try again', { cause: err });
       }
       throw err;
+    } finally {
+      this.writeDepth--;
     }
   }
 

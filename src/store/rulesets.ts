@@ -121,6 +121,10 @@ export class RulesetStore {
       | undefined;
     if (r === undefined) return undefined;
     const row = deepFreeze({ ...r, rules: JSON.parse(r.rules) as StoredRule[] });
+    // Inside a write, the version may be one that this transaction (or a dry
+    // run's savepoint) made and will roll back; its number would then be given
+    // again to different content. Only committed versions are cached.
+    if (this.store.writing) return row;
     if (this.cache.size >= VERSION_CACHE_SIZE) this.cache.delete(this.cache.keys().next().value!);
     this.cache.set(key, row);
     return row;

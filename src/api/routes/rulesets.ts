@@ -53,11 +53,11 @@ export function registerRulesets(api: FastifyInstance, ctx: ApiContext): void {
       const page = service.list(s, req.query['cursor'], perPageOf(req, 50, ctx.limits.maxPerPage));
       return ok(page.result, page.cursor === undefined ? { count: page.result.length } : { count: page.result.length, cursor: page.cursor });
     });
-    api.post(base, async (req: Req, reply) => written(reply, service.create(scope(req), req.body, dryRunOf(req))));
+    api.post(base, async (req: Req, reply) => written(reply, await service.create(scope(req), req.body, dryRunOf(req))));
 
     const ep = `${base}/phases/:phase/entrypoint`;
     api.get(ep, async (req: Req) => ok(service.entrypoint(scope(req), req.params.phase)));
-    api.put(ep, async (req: Req, reply) => written(reply, service.putEntrypoint(scope(req), req.params.phase, req.body, dryRunOf(req))));
+    api.put(ep, async (req: Req, reply) => written(reply, await service.putEntrypoint(scope(req), req.params.phase, req.body, dryRunOf(req))));
     api.get(`${ep}/versions`, async (req: Req) => {
       const versions = service.entrypointVersions(scope(req), req.params.phase);
       return ok(versions);
@@ -71,11 +71,11 @@ export function registerRulesets(api: FastifyInstance, ctx: ApiContext): void {
     });
     api.put(one, async (req: Req, reply) => {
       const s = scope(req);
-      return written(reply, service.update(s, id(req), req.body, dryRunOf(req)));
+      return written(reply, await service.update(s, id(req), req.body, dryRunOf(req)));
     });
     api.delete(one, async (req: Req, reply) => {
       const s = scope(req);
-      service.delete(s, id(req), dryRunOf(req));
+      await service.delete(s, id(req), dryRunOf(req));
       return noContent(reply);
     });
     api.get(`${one}/versions`, async (req: Req) => {
@@ -88,20 +88,20 @@ export function registerRulesets(api: FastifyInstance, ctx: ApiContext): void {
     });
     api.delete(`${one}/versions/:version`, async (req: Req, reply) => {
       const s = scope(req);
-      service.deleteVersion(s, id(req), req.params.version, dryRunOf(req));
+      await service.deleteVersion(s, id(req), req.params.version, dryRunOf(req));
       return noContent(reply);
     });
     api.post(`${one}/rules`, async (req: Req, reply) => {
       const s = scope(req);
-      return written(reply, service.addRule(s, id(req), req.body, dryRunOf(req)));
+      return written(reply, await service.addRule(s, id(req), req.body, dryRunOf(req)));
     });
     api.patch(`${one}/rules/:rule_id`, async (req: Req, reply) => {
       const s = scope(req);
-      return written(reply, service.editRule(s, id(req), ruleId(req), req.body, dryRunOf(req)));
+      return written(reply, await service.editRule(s, id(req), ruleId(req), req.body, dryRunOf(req)));
     });
     api.delete(`${one}/rules/:rule_id`, async (req: Req, reply) => {
       const s = scope(req);
-      return written(reply, service.deleteRule(s, id(req), ruleId(req), dryRunOf(req)));
+      return written(reply, await service.deleteRule(s, id(req), ruleId(req), dryRunOf(req)));
     });
   }
   // Rules of a managed ruleset version by tag: account level only, as on Cloudflare.
