@@ -45,11 +45,16 @@ export function registerServe(program: Command, out: Output): void {
       if (!['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'].includes(flags.logLevel)) throw new CliError(`--log-level ${flags.logLevel}: unknown level`);
       const store = Database.open(flags.dataDir);
       const users = new Users(store);
-      let first: { email: string; key: string; account: string } | undefined;
-      if (users.count() === 0) {
+      // Counted and created under one write lock: two servers started at once
+      // on an empty directory must not both try to create the first user.
+      const first = store.write(() => {
+        if (users.count() !== 0) return undefined;
         const account = newId();
         const { key } = users.create({ email: FIRST_USER_EMAIL, accounts: [account] });
-        first = { email: FIRST_USER_EMAIL, key, account };
+        return { email: FIRST_USER_EMAIL, key, account };
+      });
+      if (first !== undefined) {
+        const { key, account } = first;
         writeFileSync(join(flags.dataDir, 'first-user.json'), JSON.stringify({ email: FIRST_USER_EMAIL, key, account_id: account }, null, 2) + '\n', { mode: 0o600 });
       }
       const log = pino({ level: flags.logLevel, base: { service: 'moat-api' } });
