@@ -133,4 +133,26 @@ export const MIGRATIONS: readonly string[] = [
     modified_on TEXT NOT NULL
   ) STRICT;
   `,
+  // 2: rules are stored once per rule version instead of once per ruleset
+  // version. A version keeps [rule id, rule version] pairs; adding one rule to
+  // a ruleset of 190 rules then writes ~9 KB instead of ~57 KB, and commits of
+  // large rows were the cost of writes (28 KB rows: 393 commits/s; 8 KB: 1,587).
+  `
+  CREATE TABLE ruleset_rules (
+    ruleset_id TEXT NOT NULL REFERENCES rulesets(id) ON DELETE CASCADE,
+    rule_id TEXT NOT NULL,
+    rule_version INTEGER NOT NULL,
+    body TEXT NOT NULL,
+    UNIQUE (ruleset_id, rule_id, rule_version)
+  ) STRICT;
+  INSERT OR IGNORE INTO ruleset_rules (ruleset_id, rule_id, rule_version, body)
+    SELECT v.ruleset_id, json_extract(r.value, '$.id'), CAST(json_extract(r.value, '$.version') AS INTEGER), r.value
+    FROM ruleset_versions v, json_each(v.rules) r;
+  UPDATE ruleset_versions SET rules = (
+    SELECT json_group_array(json_array(id, ver)) FROM (
+      SELECT json_extract(r.value, '$.id') AS id, CAST(json_extract(r.value, '$.version') AS INTEGER) AS ver
+      FROM json_each(ruleset_versions.rules) r ORDER BY r.key
+    )
+  );
+  `,
 ];

@@ -116,11 +116,18 @@ export class RulesetStore {
       return undefined;
     }
     if (hit !== undefined) return hit;
-    const r = this.store.db.prepare('SELECT version, description, last_updated, rules FROM ruleset_versions WHERE ruleset_id = ? AND version = ?').get(id, version) as
-      | { version: number; description: string; last_updated: string; rules: string }
+    const r = this.store.db.prepare('SELECT version, description, last_updated FROM ruleset_versions WHERE ruleset_id = ? AND version = ?').get(id, version) as
+      | { version: number; description: string; last_updated: string }
       | undefined;
     if (r === undefined) return undefined;
-    const row = deepFreeze({ ...r, rules: JSON.parse(r.rules) as StoredRule[] });
+    const bodies = this.store.db
+      .prepare(
+        `SELECT rr.body FROM ruleset_versions v, json_each(v.rules) j
+         JOIN ruleset_rules rr ON rr.ruleset_id = v.ruleset_id AND rr.rule_id = j.value ->> 0 AND rr.rule_version = j.value ->> 1
+         WHERE v.ruleset_id = ? AND v.version = ? ORDER BY j.key`,
+      )
+      .all(id, version) as { body: string }[];
+    const row = deepFreeze({ ...r, rules: bodies.map((b) => JSON.parse(b.body) as StoredRule) });
     // Inside a write, the version may be one that this transaction (or a dry
     // run's savepoint) made and will roll back; its number would then be given
     // again to different content. Only committed versions are cached.
@@ -156,12 +163,15 @@ export class RulesetStore {
     const row = this.get(id);
     if (row === undefined) throw new Error(`ruleset ${id} vanished inside its transaction`);
     const v = row.last_version + 1;
+    // A rule version's body is written once: unchanged rules keep their (id, version) row.
+    const addRule = this.store.db.prepare('INSERT OR IGNORE INTO ruleset_rules (ruleset_id, rule_id, rule_version, body) VALUES (?, ?, ?, ?)');
+    for (const r of rules) addRule.run(id, r.id, Number(r.version), JSON.stringify(r));
     this.store.db.prepare('INSERT INTO ruleset_versions (ruleset_id, version, description, last_updated, rules) VALUES (?, ?, ?, ?, ?)').run(
       id,
       v,
       description,
       lastUpdated,
-      JSON.stringify(rules),
+      JSON.stringify(rules.map((r) => [r.id, Number(r.version)])),
     );
     this.store.db.prepare('UPDATE rulesets SET latest_version = ?, last_version = ?, description = ? WHERE id = ?').run(v, v, description, id);
     this.setRefs(id, refs);
@@ -182,6 +192,14 @@ export class RulesetStore {
   /** Deletes one version; the caller has checked it may. Moves `latest` back when needed. */
   deleteVersion(id: string, version: number): void {
     this.store.db.prepare('DELETE FROM ruleset_versions WHERE ruleset_id = ? AND version = ?').run(id, version);
+    // Rule bodies no remaining version refers to go too.
+    this.store.db
+      .prepare(
+        `DELETE FROM ruleset_rules WHERE ruleset_id = ? AND NOT EXISTS (
+           SELECT 1 FROM ruleset_versions v, json_each(v.rules) j
+           WHERE v.ruleset_id = ruleset_rules.ruleset_id AND j.value ->> 0 = ruleset_rules.rule_id AND j.value ->> 1 = ruleset_rules.rule_version)`,
+      )
+      .run(id);
     const top = this.store.db.prepare('SELECT max(version) AS v FROM ruleset_versions WHERE ruleset_id = ?').get(id) as { v: number | null };
     if (top.v !== null) {
       const latest = this.version(id, top.v)!;
