@@ -292,6 +292,55 @@ describe('AddressTable lookups', () => {
     expect(check6(t, c.ref6, [...boundaries(c.ref6, MAX128), ...Array.from({ length: 2000 }, () => randomPoint(rng, false))])).toEqual([]);
   });
 
+  it('agree with a linear scan when record indexes exceed 16 bits (seg4 keeps them as two uint16)', () => {
+    // 70,000 ASN ranges with distinct AS numbers, so more than 65,536 records;
+    // the low 16 bits of each record index alone would answer wrongly.
+    const n = 70_000;
+    const v4First = new Uint32Array(n);
+    const v4Last = new Uint32Array(n);
+    const v4Value = new Int32Array(n);
+    const asn: RefRange[] = [];
+    for (let i = 0; i < n; i++) {
+      v4First[i] = 0x01000000 + i * 4096;
+      v4Last[i] = v4First[i]! + 1000 + (i % 7);
+      v4Value[i] = 64_512 + i;
+      asn.push({ first: BigInt(v4First[i]!), last: BigInt(v4Last[i]!), value: 64_512 + i });
+    }
+    const none = { v6First: new Uint32Array(0), v6Last: new Uint32Array(0), v6Value: new Int32Array(0), v6Aliases: [] };
+    const t = AddressTable.build({ asn: { v4First, v4Last, v4Value, ...none }, lists: [] });
+    expect(t.rec4.length / 4).toBeGreaterThan(65_536);
+    const rng = new Rng(SEED + 3);
+    const probes: bigint[] = [];
+    for (let i = 0; i < 3000; i++) {
+      const r = asn[rng.int(n)]!;
+      probes.push(r.first, r.last, r.last + 1n, r.first - 1n);
+    }
+    // The reference is a binary search over the sorted, disjoint ranges (a linear scan would be 70k x 12k).
+    const sorted = asn;
+    const bad: string[] = [];
+    const pair = new Int32Array(2);
+    for (let i = 0; i < probes.length; i++) {
+      const a = probes[i]!;
+      let lo = 0;
+      let hi = sorted.length - 1;
+      let want = NaN;
+      while (lo <= hi) {
+        const m = (lo + hi) >> 1;
+        if (sorted[m]!.last < a) lo = m + 1;
+        else if (sorted[m]!.first > a) hi = m - 1;
+        else {
+          want = sorted[m]!.value;
+          break;
+        }
+      }
+      const r = t.lookup4(Number(a));
+      const got = unpack(t.rec4, r);
+      t.lookup4Pair(Number(probes[i === 0 ? probes.length - 1 : i - 1]!), Number(a), pair, 0);
+      if (!Object.is(got.asn, want) || pair[1] !== r || got.country !== -1) bad.push(`${formatIpv4(Number(a))}: want ${want}, got ${got.asn} (pair ${pair[1]} vs ${r})`);
+    }
+    expect(bad.slice(0, 10)).toEqual([]);
+  });
+
   it('give one segment covering everything for an empty input', () => {
     const t = AddressTable.build({ lists: [] });
     expect(t.segments4).toBe(1);
