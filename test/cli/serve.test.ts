@@ -1,0 +1,229 @@
+// `moat serve` as a real process: the first user's credentials printed on an
+// empty data directory and working, two server processes on one database
+// writing concurrently and still numbering versions linearly, and every write
+// acknowledged before a kill -9 present after a restart.
+import { spawn, type ChildProcess } from 'node:child_process';
+import { mkdtempSync, readFileSync, rmSync, statSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import Cloudflare from 'cloudflare';
+import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
+import { BIN, ensureBuilt, moat, ROOT } from '../support/cli.js';
+
+/** The SDK's phase type lists Cloudflare's names only; Moat's phase is network_transit. */
+type Phase = NonNullable<Parameters<Cloudflare['rulesets']['create']>[0]['phase']>;
+const PHASE = 'network_transit' as string as Phase;
+
+/** A rule and a ruleset as the server returns them. */
+interface Rule {
+  id: string;
+  version: string;
+  action: string;
+  expression?: string;
+  description?: string;
+  enabled?: boolean;
+  ref?: string;
+  last_updated: string;
+  categories?: string[];
+  action_parameters?: Record<string, unknown>;
+}
+interface Ruleset {
+  id: string;
+  name: string;
+  description: string;
+  kind: string;
+  phase: string;
+  version: string;
+  last_updated: string;
+  rules: Rule[];
+}
+
+/** The SDK types the result of every ruleset write as `Ruleset | unknown`, which is `unknown`; read it as what the server returns. */
+function written(p: Promise<unknown>): Promise<Ruleset> {
+  return p as Promise<Ruleset>;
+}
+
+
+interface Served {
+  child: ChildProcess;
+  url: string;
+  lines: string[];
+  exited: Promise<{ code: number | null; signal: NodeJS.Signals | null }>;
+}
+
+const children: ChildProcess[] = [];
+const dirs: string[] = [];
+
+function tempDir(): string {
+  const d = mkdtempSync(join(tmpdir(), 'moat-serve-'));
+  dirs.push(d);
+  return d;
+}
+
+/** Spawns `moat serve` on a kernel-chosen port and waits until it has printed its URL (and, on a new database, the first user). */
+async function serve(dataDir: string): Promise<Served> {
+  const child = spawn(process.execPath, [BIN, 'serve', '--data-dir', dataDir, '--listen', '127.0.0.1:0', '--log-level', 'warn'], { cwd: ROOT, stdio: ['ignore', 'pipe', 'pipe'] });
+  children.push(child);
+  const exited = new Promise<{ code: number | null; signal: NodeJS.Signals | null }>((resolve) => child.once('exit', (code, signal) => resolve({ code, signal })));
+  const lines: string[] = [];
+  let stderr = '';
+  child.stderr!.on('data', (d: Buffer) => (stderr += d.toString()));
+  const url = await new Promise<string>((resolve, reject) => {
+    let buffered = '';
+    let found: string | undefined;
+    const timer = setTimeout(() => reject(new Error(`moat serve did not start: ${lines.join('\n')} ${stderr}`)), 15_000);
+    child.stdout!.on('data', (d: Buffer) => {
+      buffered += d.toString();
+      const parts = buffered.split('\n');
+      buffered = parts.pop()!;
+      lines.push(...parts);
+      found ??= parts.map((l) => /listening on (http:\/\/\S+)/.exec(l)?.[1]).find((u) => u !== undefined);
+      // The last line it prints at start: the curl hint on a new database, the user count otherwise.
+      if (found !== undefined && lines.some((l) => l.includes('try: curl') || /\d+ user\(s\)/.test(l))) {
+        clearTimeout(timer);
+        resolve(found);
+      }
+    });
+    void exited.then(({ code }) => reject(new Error(`moat serve exited with ${code}: ${stderr}`)));
+  });
+  return { child, url, lines, exited };
+}
+
+function credentials(s: Served): { email: string; key: string; accountId: string } {
+  const get = (label: string) => {
+    const line = s.lines.find((l) => l.trimStart().startsWith(label));
+    if (line === undefined) throw new Error(`no ${label} in ${s.lines.join('\n')}`);
+    return line.slice(line.indexOf(label) + label.length).trim();
+  };
+  return { email: get('X-Auth-Email:'), key: get('X-Auth-Key:'), accountId: get('account id:') };
+}
+
+function client(url: string, c: { email: string; key: string }): Cloudflare {
+  return new Cloudflare({ baseURL: url, apiEmail: c.email, apiKey: c.key, apiToken: null, maxRetries: 0, timeout: 10_000 });
+}
+
+beforeAll(() => ensureBuilt(), 120_000);
+
+afterEach(async () => {
+  for (const c of children.splice(0)) {
+    if (c.exitCode === null && c.signalCode === null) {
+      const gone = new Promise((r) => c.once('exit', r));
+      c.kill('SIGKILL');
+      await gone;
+    }
+  }
+});
+
+afterAll(() => {
+  for (const d of dirs.splice(0)) rmSync(d, { recursive: true, force: true });
+});
+
+describe('moat serve', () => {
+  it('prints the first user\'s credentials on an empty data directory, and they work', async () => {
+    const dir = tempDir();
+    const s = await serve(dir);
+    expect(s.url).toMatch(/^http:\/\/127\.0\.0\.1:[1-9]\d*\/client\/v4$/);
+    const c = credentials(s);
+    expect(c.email).toBe('admin@moat.local');
+    expect(c.accountId).toMatch(/^[0-9a-f]{32}$/);
+    const saved = JSON.parse(readFileSync(join(dir, 'first-user.json'), 'utf8'));
+    expect(saved).toEqual({ email: c.email, key: c.key, account_id: c.accountId });
+    expect(statSync(join(dir, 'first-user.json')).mode & 0o777).toBe(0o600);
+    const cf = client(s.url, c);
+    const rs = await written(cf.rulesets.create({ account_id: c.accountId, name: 'first', kind: 'root', phase: PHASE, rules: [{ action: 'block', expression: 'tcp.dstport == 23' }] }));
+    expect(rs.version).toBe('1');
+    expect((await cf.rulesets.phases.get(PHASE, { account_id: c.accountId })).id).toBe(rs.id);
+    // The printed curl line is a working request too.
+    const curl = s.lines.find((l) => l.includes('try: curl'))!;
+    expect(curl).toContain(`${s.url}/accounts/${c.accountId}/rulesets`);
+
+    // Stopped with SIGTERM it exits 0; started again it creates no second user.
+    s.child.kill('SIGTERM');
+    expect(await s.exited).toEqual({ code: 0, signal: null });
+    const again = await serve(dir);
+    expect(again.lines.join('\n')).not.toContain('X-Auth-Key');
+    expect(again.lines).toContain(`moat: 1 user(s); manage them with: moat users list --data-dir ${dir}`);
+    expect((await client(again.url, c).rulesets.get(rs.id, { account_id: c.accountId })).rules[0]!.expression).toBe('tcp.dstport == 23');
+  });
+
+  it('starts two servers at once on an empty data directory: both come up, one creates the first user', async () => {
+    // Both race to migrate the new file and to create the first user.
+    const dir = tempDir();
+    const [a, b] = await Promise.all([serve(dir), serve(dir)]);
+    const creators = [a, b].filter((s) => s.lines.some((l) => l.includes('X-Auth-Key:')));
+    expect(creators).toHaveLength(1);
+    const other = creators[0] === a ? b : a;
+    expect(other.lines.some((l) => l.includes('moat: 1 user(s)'))).toBe(true);
+    const c = credentials(creators[0]!);
+    for (const s of [a, b]) expect((await client(s.url, c).rulesets.list({ account_id: c.accountId })).result).toEqual([]);
+  });
+
+  it('exits 2 with a message for a bad --listen or --log-level', async () => {
+    const dir = tempDir();
+    expect(await moat('serve', '--data-dir', dir, '--listen', 'localhost')).toEqual({
+      code: 2,
+      stdout: '',
+      stderr: 'moat: --listen localhost: expected HOST:PORT, e.g. 127.0.0.1:8080 or [::1]:8080',
+    });
+    expect(await moat('serve', '--data-dir', dir, '--listen', '127.0.0.1:70000')).toMatchObject({ code: 2 });
+    expect(await moat('serve', '--data-dir', dir, '--listen', '127.0.0.1:0', '--log-level', 'loud')).toEqual({ code: 2, stdout: '', stderr: 'moat: --log-level loud: unknown level' });
+  });
+
+  it('keeps versions linear when two server processes on one data directory take 40 concurrent rule additions', async () => {
+    const dir = tempDir();
+    const a = await serve(dir);
+    const c = credentials(a);
+    const b = await serve(dir);
+    const clients = [client(a.url, c), client(b.url, c)];
+    const rs = await written(clients[0]!.rulesets.create({ account_id: c.accountId, name: 'shared', kind: 'custom', phase: PHASE, rules: [] }));
+    const N = 40;
+    const results = await Promise.all(
+      Array.from({ length: N }, (_, i) => written(clients[i % 2]!.rulesets.rules.create(rs.id, { account_id: c.accountId, action: 'block', expression: `tcp.dstport == ${2000 + i}` }))),
+    );
+    expect(results.map((r) => Number(r.version)).sort((x, y) => x - y)).toEqual(Array.from({ length: N }, (_, i) => i + 2));
+    for (const cf of clients) {
+      const versions: string[] = [];
+      for await (const v of cf.rulesets.versions.list(rs.id, { account_id: c.accountId })) versions.push(v.version);
+      expect(versions).toEqual(Array.from({ length: N + 1 }, (_, i) => String(i + 1)));
+      const last = await cf.rulesets.get(rs.id, { account_id: c.accountId });
+      expect(last.version).toBe(String(N + 1));
+      expect(last.rules.map((r) => r.expression).sort()).toEqual(Array.from({ length: N }, (_, i) => `tcp.dstport == ${2000 + i}`).sort());
+    }
+    // Every answer was a consistent snapshot: version n holds n - 1 rules.
+    for (const r of results) expect(r.rules).toHaveLength(Number(r.version) - 1);
+  });
+
+  it('keeps every write it acknowledged before a kill -9', async () => {
+    const dir = tempDir();
+    const s = await serve(dir);
+    const c = credentials(s);
+    const cf = client(s.url, c);
+    const rs = await written(cf.rulesets.create({ account_id: c.accountId, name: 'durable', kind: 'custom', phase: PHASE, rules: [] }));
+    const acknowledged: string[] = [];
+    for (let i = 0; i < 10; i++) {
+      const expression = `tcp.dstport == ${3000 + i}`;
+      await written(cf.rulesets.rules.create(rs.id, { account_id: c.accountId, action: 'block', expression }));
+      acknowledged.push(expression);
+    }
+    // Then a burst that is killed midway: whatever was answered must survive.
+    const burst = Array.from({ length: 30 }, (_, i) => {
+      const expression = `udp.dstport == ${4000 + i}`;
+      return written(cf.rulesets.rules.create(rs.id, { account_id: c.accountId, action: 'log', expression })).then(() => {
+        acknowledged.push(expression);
+        if (acknowledged.length === 20) s.child.kill('SIGKILL');
+      });
+    });
+    await Promise.allSettled(burst);
+    expect((await s.exited).signal).toBe('SIGKILL');
+    expect(acknowledged.length).toBeGreaterThanOrEqual(20);
+
+    const again = await serve(dir);
+    const after = await client(again.url, c).rulesets.get(rs.id, { account_id: c.accountId });
+    const present = new Set(after.rules.map((r) => r.expression));
+    for (const e of acknowledged) expect(present.has(e), e).toBe(true);
+    expect(Number(after.version)).toBe(after.rules.length + 1);
+    const versions: string[] = [];
+    for await (const v of client(again.url, c).rulesets.versions.list(rs.id, { account_id: c.accountId })) versions.push(v.version);
+    expect(versions).toEqual(Array.from({ length: Number(after.version) }, (_, i) => String(i + 1)));
+  });
+});
