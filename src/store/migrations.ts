@@ -145,6 +145,9 @@ export const MIGRATIONS: readonly string[] = [
     body TEXT NOT NULL,
     UNIQUE (ruleset_id, rule_id, rule_version)
   ) STRICT;
+  -- A random token per version row: a version number given again after a
+  -- rollback (a dry run) gets a new token, so caches keyed by it cannot go stale.
+  ALTER TABLE ruleset_versions ADD COLUMN token INTEGER NOT NULL DEFAULT 0;
   INSERT OR IGNORE INTO ruleset_rules (ruleset_id, rule_id, rule_version, body)
     SELECT v.ruleset_id, json_extract(r.value, '$.id'), CAST(json_extract(r.value, '$.version') AS INTEGER), r.value
     FROM ruleset_versions v, json_each(v.rules) r;

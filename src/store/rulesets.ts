@@ -2,6 +2,7 @@
 // only: the API layer validates and decides; these functions read and write
 // rows, always inside a transaction the caller holds.
 
+import { randomInt } from 'node:crypto';
 import type { Database } from './database.js';
 
 /** A rule as stored in a version (and returned by the API). */
@@ -60,7 +61,8 @@ function deepFreeze<T>(o: T): T {
 
 // Versions are immutable, so their parsed rules can be shared. Parsing the
 // rules JSON was 8.9% of the server's CPU in a profile of GET entrypoint (50
-// rules) under load. Entries are frozen: a caller cannot change a cached version.
+// rules) under load. Entries are frozen (a caller cannot change a cached
+// version) and keyed by the row's random token as well as its number.
 const VERSION_CACHE_SIZE = 512;
 
 /** Ruleset rows and versions of one database. */
@@ -106,20 +108,16 @@ export class RulesetStore {
 
   /** One version with its rules (frozen), or undefined. */
   version(id: string, version: number): VersionRow | undefined {
-    const key = `${id}/${version}`;
-    const hit = this.cache.get(key);
-    // The row is still read (cheap, by primary key) so that a version deleted
-    // by another process is not served from the cache.
-    const exists = this.store.db.prepare('SELECT 1 FROM ruleset_versions WHERE ruleset_id = ? AND version = ?').get(id, version);
-    if (exists === undefined) {
-      if (hit !== undefined) this.cache.delete(key);
-      return undefined;
-    }
-    if (hit !== undefined) return hit;
-    const r = this.store.db.prepare('SELECT version, description, last_updated FROM ruleset_versions WHERE ruleset_id = ? AND version = ?').get(id, version) as
-      | { version: number; description: string; last_updated: string }
+    // The row is always read (by primary key, cheap): a version deleted by
+    // another process is not served, and the token tells this row from one
+    // that had the same number and was rolled back.
+    const r = this.store.db.prepare('SELECT version, description, last_updated, token FROM ruleset_versions WHERE ruleset_id = ? AND version = ?').get(id, version) as
+      | { version: number; description: string; last_updated: string; token: number }
       | undefined;
     if (r === undefined) return undefined;
+    const key = `${id}/${version}/${r.token}`;
+    const hit = this.cache.get(key);
+    if (hit !== undefined) return hit;
     const bodies = this.store.db
       .prepare(
         `SELECT rr.body FROM ruleset_versions v, json_each(v.rules) j
@@ -127,11 +125,11 @@ export class RulesetStore {
          WHERE v.ruleset_id = ? AND v.version = ? ORDER BY j.key`,
       )
       .all(id, version) as { body: string }[];
-    const row = deepFreeze({ ...r, rules: bodies.map((b) => JSON.parse(b.body) as StoredRule) });
-    // Inside a write, the version may be one that this transaction (or a dry
-    // run's savepoint) made and will roll back; its number would then be given
-    // again to different content. Only committed versions are cached.
-    if (this.store.writing) return row;
+    return this.remember(key, { version: r.version, description: r.description, last_updated: r.last_updated, rules: bodies.map((b) => JSON.parse(b.body) as StoredRule) });
+  }
+
+  private remember(key: string, row: VersionRow): VersionRow {
+    deepFreeze(row);
     if (this.cache.size >= VERSION_CACHE_SIZE) this.cache.delete(this.cache.keys().next().value!);
     this.cache.set(key, row);
     return row;
@@ -166,13 +164,17 @@ export class RulesetStore {
     // A rule version's body is written once: unchanged rules keep their (id, version) row.
     const addRule = this.store.db.prepare('INSERT OR IGNORE INTO ruleset_rules (ruleset_id, rule_id, rule_version, body) VALUES (?, ?, ?, ?)');
     for (const r of rules) addRule.run(id, r.id, Number(r.version), JSON.stringify(r));
-    this.store.db.prepare('INSERT INTO ruleset_versions (ruleset_id, version, description, last_updated, rules) VALUES (?, ?, ?, ?, ?)').run(
+    const token = randomInt(1, 2 ** 47);
+    this.store.db.prepare('INSERT INTO ruleset_versions (ruleset_id, version, description, last_updated, rules, token) VALUES (?, ?, ?, ?, ?, ?)').run(
       id,
       v,
       description,
       lastUpdated,
       JSON.stringify(rules.map((r) => [r.id, Number(r.version)])),
+      token,
     );
+    // The next write to this ruleset starts from this version: keep it parsed.
+    this.remember(`${id}/${v}/${token}`, { version: v, description, last_updated: lastUpdated, rules: rules.map((r) => structuredClone(r)) });
     this.store.db.prepare('UPDATE rulesets SET latest_version = ?, last_version = ?, description = ? WHERE id = ?').run(v, v, description, id);
     this.setRefs(id, refs);
     return v;
