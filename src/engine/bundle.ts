@@ -70,11 +70,18 @@ export class Evaluator {
   /** Every field and list the rules read, sorted. */
   readonly fields: readonly string[];
   readonly lists: readonly string[];
+  /**
+   * The bytes fields whose bytes the compiled rules read, sorted: a keyed
+   * field (FieldKey) not in this list is read through its key only, so the
+   * packet path need not write its bytes.
+   */
+  readonly bytesFields: readonly string[];
 
   constructor(
     readonly rules: readonly CompiledRule[],
     private readonly levels: ReadonlyArray<readonly Chunk[]>,
     counters: { packets: Float64Array; bytes: Float64Array; logged: Int32Array; loggedCount: Int32Array },
+    bytesRead: Iterable<string> = [],
   ) {
     this.hitPackets = counters.packets;
     this.hitBytes = counters.bytes;
@@ -82,7 +89,8 @@ export class Evaluator {
     this.loggedCountBox = counters.loggedCount;
     this.fields = Object.freeze([...new Set(rules.filter((r) => r.rule.enabled).flatMap((r) => r.fields))].sort());
     this.lists = Object.freeze([...new Set(rules.filter((r) => r.rule.enabled).flatMap((r) => r.lists))].sort());
-    this.plan = planFor(this.fields);
+    this.bytesFields = Object.freeze([...new Set(bytesRead)].sort());
+    this.plan = planFor(this.fields, this.bytesFields);
   }
 
   /** Number of log rules that matched the last packet. */
@@ -160,14 +168,15 @@ export function compileBundle(input: BundleInput): Evaluator {
     logged: new Int32Array(Math.max(1, rules.filter((r) => r.rule.action === 'log').length)),
     loggedCount: new Int32Array(1),
   };
+  const bytesRead = new Set<string>();
   const chunks = levels.map(({ start, end }) => {
     const out: Chunk[] = [];
     for (let a = start; a < end; a += RULES_PER_FUNCTION) {
-      out.push(generateChunk(rules, trees, a, Math.min(end, a + RULES_PER_FUNCTION), lists, counters));
+      out.push(generateChunk(rules, trees, a, Math.min(end, a + RULES_PER_FUNCTION), lists, counters, bytesRead));
     }
     return out;
   });
-  return new Evaluator(Object.freeze(rules), chunks, counters);
+  return new Evaluator(Object.freeze(rules), chunks, counters, bytesRead);
 }
 
 function locate(e: MoatError, where: string, pointer: string): MoatError {
@@ -204,6 +213,7 @@ function generateChunk(
   b: number,
   lists: ListProvider,
   counters: { packets: Float64Array; bytes: Float64Array; logged: Int32Array; loggedCount: Int32Array },
+  bytesRead: Set<string>,
 ): Chunk {
   const pool = new ConstantPool();
   const lines: string[] = [];
@@ -216,6 +226,7 @@ function generateChunk(
     else if (r.rule.action === 'skip') lines.push(`if (${cond}) { ${count} return ${SKIP_LEVEL}; }`);
     else lines.push(`if (${cond}) { ${count} LG[LN[0]++] = ${i}; }`);
   }
+  for (const f of pool.bytesRead) bytesRead.add(f);
   const source = `return function rules${a}to${b - 1}(c, len) {\n${CODEGEN_LOCALS}\n${hoistFieldLoads(lines.join('\n'))}\nreturn ${CONTINUE};\n};`;
   const make = new Function('K', 'P', 'Y', 'LG', 'LN', source);
   return make(pool.values, counters.packets, counters.bytes, counters.logged, counters.loggedCount) as Chunk;

@@ -3,7 +3,7 @@
 // need countries, AS numbers or lists, evaluate the bundle, count. Everything
 // is preallocated; process() allocates nothing and never throws on bad frames.
 
-import type { ExecutionContext, ListProvider } from '../expr/index.js';
+import { shortBytesKey, type ExecutionContext, type ListProvider } from '../expr/index.js';
 import { REC_ASN, REC_COUNTRY, REC_HAS_ASN, REC_LISTS, type AddressTable } from '../net/index.js';
 import {
   clearDecoded, decode, FIELD_SLOTS as F, PacketInfo, ST_FRAGMENT, ST_IP, ST_MALFORMED, ST_TRUNCATED, TRANSIT_SCHEME,
@@ -75,6 +75,11 @@ export class PacketPath {
   private readonly lookupDst: boolean;
   private readonly countryBytes: readonly Uint8Array[];
   private readonly countryCodes: readonly string[];
+  /** shortBytesKey of each country code: what ip.*.country.key holds (see FieldKey). */
+  private readonly countryKeys: Float64Array;
+  /** Whether the rules read the bytes of ip.src.country / ip.dst.country, not only their keys. */
+  private readonly srcCountryBytes: boolean;
+  private readonly dstCountryBytes: boolean;
   private enriched = false;
   /** 1 for each top-16-bit value an IPv6 GeoIP alias prefix can start with. */
   private readonly aliasTop16: Uint8Array | null;
@@ -98,6 +103,9 @@ export class PacketPath {
     }
     this.countryCodes = this.table?.countryCodes ?? [];
     this.countryBytes = this.countryCodes.map((c) => encoder.encode(c));
+    this.countryKeys = Float64Array.from(this.countryBytes, (b) => shortBytesKey(b, 0, b.length));
+    this.srcCountryBytes = evaluator.bytesFields.includes('ip.src.country');
+    this.dstCountryBytes = evaluator.bytesFields.includes('ip.dst.country');
     const aliases = this.table?.aliases6 ?? [];
     this.aliasTop16 = aliases.length === 0 ? null : new Uint8Array(65536);
     for (const al of aliases) {
@@ -121,14 +129,19 @@ export class PacketPath {
 
   private clearEnriched(): void {
     const ctx = this.ctx;
-    ctx.bytesBuf[F.IP_SRC_COUNTRY] = null;
-    ctx.bytesBuf[F.IP_DST_COUNTRY] = null;
-    ctx.bytesText[F.IP_SRC_COUNTRY] = null;
-    ctx.bytesText[F.IP_DST_COUNTRY] = null;
-    ctx.ints[F.IP_SRC_ASNUM] = NaN;
-    ctx.ints[F.IP_DST_ASNUM] = NaN;
-    ctx.ints[F.IP_SRC_LISTS] = NaN;
-    ctx.ints[F.IP_DST_LISTS] = NaN;
+    if (this.srcCountryBytes || this.dstCountryBytes) {
+      ctx.bytesBuf[F.IP_SRC_COUNTRY] = null;
+      ctx.bytesBuf[F.IP_DST_COUNTRY] = null;
+      ctx.bytesText[F.IP_SRC_COUNTRY] = null;
+      ctx.bytesText[F.IP_DST_COUNTRY] = null;
+    }
+    const ints = ctx.ints;
+    ints[F.IP_SRC_COUNTRY_KEY] = NaN;
+    ints[F.IP_DST_COUNTRY_KEY] = NaN;
+    ints[F.IP_SRC_ASNUM] = NaN;
+    ints[F.IP_DST_ASNUM] = NaN;
+    ints[F.IP_SRC_LISTS] = NaN;
+    ints[F.IP_DST_LISTS] = NaN;
     this.enriched = false;
   }
 
@@ -138,8 +151,8 @@ export class PacketPath {
     const info = this.info;
     const c = this.counters;
     // Clear only what the previous packet set (the context starts all absent).
+    // (The enriched fields are cleared below, where a lookup does not overwrite them all.)
     clearDecoded(ctx, info);
-    if (this.enriched) this.clearEnriched();
     info.reset();
     c.packets++;
     c.bytes += origLen;
@@ -147,6 +160,7 @@ export class PacketPath {
     this.lastRule = VERDICT_PASS;
     const st = info.status;
     if ((st & ST_IP) === 0 || ctx.ipFamily[F.IP_SRC] === 0) {
+      if (this.enriched) this.clearEnriched();
       if ((st & ST_IP) === 0 && info.etherType !== 0) {
         c.notIp++;
         return this.pass(origLen);
@@ -159,12 +173,15 @@ export class PacketPath {
     if ((st & ST_FRAGMENT) !== 0) c.fragments++;
     if (this.lookupSrc && this.lookupDst && ctx.ipFamily[F.IP_SRC] === 4 && ctx.ipFamily[F.IP_DST] === 4) {
       // Both IPv4 addresses at once: their cache misses overlap (see AddressTable.lookup4Pair).
+      // The two fill() calls overwrite every enriched field: nothing to clear first.
       const t = this.table!;
       const r = this.records;
       t.lookup4Pair(ctx.ip4[F.IP_SRC]!, ctx.ip4[F.IP_DST]!, r, 0);
       this.fill(t.rec4, r[0]! * 4, F.IP_SRC_COUNTRY, F.IP_SRC_ASNUM, F.IP_SRC_LISTS);
       this.fill(t.rec4, r[1]! * 4, F.IP_DST_COUNTRY, F.IP_DST_ASNUM, F.IP_DST_LISTS);
     } else {
+      // An address without a lookup (absent, or one side not looked up) writes nothing: start from absent.
+      if (this.enriched) this.clearEnriched();
       if (this.lookupSrc) this.enrich(F.IP_SRC, F.IP_SRC_COUNTRY, F.IP_SRC_ASNUM, F.IP_SRC_LISTS);
       if (this.lookupDst) this.enrich(F.IP_DST, F.IP_DST_COUNTRY, F.IP_DST_ASNUM, F.IP_DST_LISTS);
     }
@@ -215,18 +232,28 @@ export class PacketPath {
     }
   }
 
-  // Writes a packed record (AddressTable.rec4/rec6 at offset r) into the context.
+  // Writes a packed record (AddressTable.rec4/rec6 at offset r) into the context:
+  // integer stores only, unless the rules read the country's bytes (the
+  // country's key is what generated rules compare, see FieldKey).
   private fill(rec: Int32Array, r: number, countrySlot: number, asnSlot: number, listsSlot: number): void {
-    const ctx = this.ctx;
-    ctx.ints[listsSlot] = rec[r + REC_LISTS]! >>> 0;
-    ctx.ints[asnSlot] = rec[r + REC_HAS_ASN] === 1 ? rec[r + REC_ASN]! >>> 0 : NaN;
+    const ints = this.ctx.ints;
+    ints[listsSlot] = rec[r + REC_LISTS]! >>> 0;
+    ints[asnSlot] = rec[r + REC_HAS_ASN] === 1 ? rec[r + REC_ASN]! >>> 0 : NaN;
     const country = rec[r + REC_COUNTRY]!;
-    if (country >= 0) {
-      const b = this.countryBytes[country]!;
-      ctx.bytesBuf[countrySlot] = b;
-      ctx.bytesStart[countrySlot] = 0;
-      ctx.bytesEnd[countrySlot] = b.length;
-      ctx.bytesText[countrySlot] = this.countryCodes[country]!;
+    const src = countrySlot === F.IP_SRC_COUNTRY;
+    ints[src ? F.IP_SRC_COUNTRY_KEY : F.IP_DST_COUNTRY_KEY] = country >= 0 ? this.countryKeys[country]! : NaN;
+    if (src ? this.srcCountryBytes : this.dstCountryBytes) {
+      const ctx = this.ctx;
+      if (country >= 0) {
+        const b = this.countryBytes[country]!;
+        ctx.bytesBuf[countrySlot] = b;
+        ctx.bytesStart[countrySlot] = 0;
+        ctx.bytesEnd[countrySlot] = b.length;
+        ctx.bytesText[countrySlot] = this.countryCodes[country]!;
+      } else {
+        ctx.bytesBuf[countrySlot] = null;
+        ctx.bytesText[countrySlot] = null;
+      }
     }
   }
 }

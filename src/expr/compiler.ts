@@ -6,7 +6,7 @@
 import { EMPTY_IP_SET, type IpMatcher, type NumberRangeSet } from '../net/index.js';
 import type { Checked, IntOperand, ListProvider } from './checked.js';
 import type { ExecutionContext } from './context.js';
-import type { FieldDef } from './scheme.js';
+import { shortBytesKey, type FieldDef } from './scheme.js';
 
 /** A compiled predicate. */
 export type Predicate = (ctx: ExecutionContext) => boolean;
@@ -329,11 +329,7 @@ function bytesCmp(s: number, op: string, k: Uint8Array): Predicate {
 
 // Values of up to 6 bytes become one exact number key (length in the top bits),
 // so set membership is a Set<number> probe with no string built per packet.
-function shortKey(buf: Uint8Array, start: number, end: number): number {
-  let key = end - start;
-  for (let i = start; i < end; i++) key = key * 256 + buf[i]!;
-  return key;
-}
+const shortKey = shortBytesKey;
 
 function bytesIn(s: number, values: readonly Uint8Array[]): Predicate {
   if (values.length > 0 && values.every((v) => v.length === 2)) {

@@ -4,7 +4,7 @@
 // allocating. An absent int is NaN, so every ordered comparison on it is false.
 
 import { parseIp } from '../net/index.js';
-import type { Scheme } from './scheme.js';
+import type { BytesKey, Scheme } from './scheme.js';
 
 const encoder = new TextEncoder();
 // Strings set through setString are encoded once and kept (bounded), so that
@@ -40,6 +40,9 @@ export class ExecutionContext {
   readonly bytesEnd: Int32Array;
   /** The string a bytes value was set from, when it was (saves work for `matches`). */
   readonly bytesText: Array<string | null>;
+  /** Per bytes slot: the int slot of its key (see FieldKey), or -1. */
+  private readonly keySlot: Int32Array;
+  private readonly keyOf: Array<BytesKey | null>;
 
   constructor(readonly scheme: Scheme) {
     const n = scheme.slotCounts;
@@ -52,6 +55,13 @@ export class ExecutionContext {
     this.bytesStart = new Int32Array(n.bytes);
     this.bytesEnd = new Int32Array(n.bytes);
     this.bytesText = new Array<string | null>(n.bytes).fill(null);
+    this.keySlot = new Int32Array(n.bytes).fill(-1);
+    this.keyOf = new Array<BytesKey | null>(n.bytes).fill(null);
+    for (const f of scheme.fields) {
+      if (f.key === null) continue;
+      this.keySlot[f.slot] = f.key.field.slot;
+      this.keyOf[f.slot] = f.key.of;
+    }
   }
 
   /** Marks every field absent. */
@@ -109,6 +119,8 @@ export class ExecutionContext {
     this.bytesStart[slot] = start;
     this.bytesEnd[slot] = end;
     this.bytesText[slot] = null;
+    const k = this.keySlot[slot]!;
+    if (k >= 0) this.ints[k] = this.keyOf[slot]!(buf, start, end);
   }
 
   /** Sets a bytes field to the UTF-8 encoding of `s`. */
@@ -119,6 +131,8 @@ export class ExecutionContext {
     this.bytesEnd[slot] = b.length;
     // Only ASCII text equals the latin1 reading of its bytes that `matches` uses.
     this.bytesText[slot] = b.length === s.length ? s : null;
+    const k = this.keySlot[slot]!;
+    if (k >= 0) this.ints[k] = this.keyOf[slot]!(b, 0, b.length);
   }
 
   /** Marks one field absent. */
@@ -129,6 +143,8 @@ export class ExecutionContext {
     else {
       this.bytesBuf[slot] = null;
       this.bytesText[slot] = null;
+      const k = this.keySlot[slot]!;
+      if (k >= 0) this.ints[k] = NaN;
     }
   }
 }

@@ -1,6 +1,6 @@
 // Public face of the rules language: the scheme, parsing, checking, compiling,
 // the execution context and error rendering. Everything else in expr/ is internal.
-export { SchemeBuilder, Scheme, type FieldDef, type FieldType, type FieldOptions } from './scheme.js';
+export { SchemeBuilder, Scheme, shortBytesKey, type BytesKey, type FieldDef, type FieldKey, type FieldType, type FieldOptions } from './scheme.js';
 export { ExecutionContext, internBytes } from './context.js';
 export { parse } from './parser.js';
 export { check, canonicalListName, MANAGED_LISTS, type CheckOptions, type CheckResult } from './checker.js';

@@ -7,6 +7,36 @@ import { ExecutionContext } from './context.js';
 /** Value types of the language (wirefilter's Int, Ip, Bytes, Bool). */
 export type FieldType = 'int' | 'ip' | 'bytes' | 'bool';
 
+/**
+ * The integer key of a bytes value buf[start, end): a non-negative integer, or
+ * -1 when the value has no key. Two values that have keys are equal exactly
+ * when their keys are; a value without a key equals no value that has one.
+ */
+export type BytesKey = (buf: Uint8Array, start: number, end: number) => number;
+
+/**
+ * A bytes field's key: a hidden int field that holds the key of its value
+ * (NaN when the value is absent), written by whoever writes the value
+ * (ExecutionContext.setBytes does). Generated code then tests `==`, `!=` and
+ * `in` with keyed literals as integer comparisons, and the producer may skip
+ * the bytes themselves when nothing reads them.
+ */
+export interface FieldKey {
+  readonly field: FieldDef;
+  readonly of: BytesKey;
+}
+
+/**
+ * Values of up to 6 bytes as one exact number (the length above the bytes,
+ * below 2^51); longer values have no key (-1). A BytesKey for any bytes field.
+ */
+export function shortBytesKey(buf: Uint8Array, start: number, end: number): number {
+  if (end - start > 6) return -1;
+  let key = end - start;
+  for (let i = start; i < end; i++) key = key * 256 + buf[i]!;
+  return key;
+}
+
 /** A field of the scheme. `slot` indexes the context storage of its type. */
 export interface FieldDef {
   readonly name: string;
@@ -21,6 +51,8 @@ export interface FieldDef {
   readonly raw: boolean;
   /** Internal fields have slots but cannot be named in expressions. */
   readonly hidden: boolean;
+  /** For a bytes field: the hidden int field holding its key (see FieldKey), or null. */
+  readonly key: FieldKey | null;
   readonly description: string;
 }
 
@@ -31,11 +63,14 @@ export interface FieldOptions {
   anyOf?: readonly string[];
   raw?: boolean;
   hidden?: boolean;
+  /** For a bytes field: the name of a hidden int field (defined before build()) and the key function. */
+  key?: { readonly field: string; readonly of: BytesKey };
 }
 
 /** Builds a scheme; `build()` freezes it. */
 export class SchemeBuilder {
-  private readonly defs: FieldDef[] = [];
+  private readonly defs: Array<{ -readonly [K in keyof FieldDef]: FieldDef[K] }> = [];
+  private readonly keys: Array<{ def: FieldDef; field: string; of: BytesKey }> = [];
   private readonly counts: Record<FieldType, number> = { int: 0, ip: 0, bytes: 0, bool: 0 };
 
   /** Adds a field; throws on a duplicate name or an unknown alternative. */
@@ -50,22 +85,33 @@ export class SchemeBuilder {
       });
     }
     const slot = anyOf === null ? this.counts[type]++ : -1;
-    this.defs.push(
-      Object.freeze({
-        name,
-        type,
-        slot,
-        index: this.defs.length,
-        anyOf: anyOf === null ? null : Object.freeze(anyOf),
-        raw: options.raw ?? false,
-        hidden: options.hidden ?? false,
-        description: options.description ?? '',
-      }),
-    );
+    const def = {
+      name,
+      type,
+      slot,
+      index: this.defs.length,
+      anyOf: anyOf === null ? null : Object.freeze(anyOf),
+      raw: options.raw ?? false,
+      hidden: options.hidden ?? false,
+      key: null,
+      description: options.description ?? '',
+    };
+    if (options.key !== undefined) {
+      if (type !== 'bytes' || anyOf !== null) throw new Error(`${name}: only a bytes field with a slot can have a key`);
+      this.keys.push({ def, field: options.key.field, of: options.key.of });
+    }
+    this.defs.push(def);
     return this;
   }
 
   build(): Scheme {
+    // Keys name fields that may come later: resolved here, then every field is frozen.
+    for (const k of this.keys) {
+      const f = this.defs.find((d) => d.name === k.field);
+      if (f === undefined || f.type !== 'int' || !f.hidden) throw new Error(`${k.def.name}: key ${k.field} must be a hidden int field`);
+      (k.def as { key: FieldKey | null }).key = Object.freeze({ field: f, of: k.of });
+    }
+    for (const d of this.defs) Object.freeze(d);
     return new Scheme(this.defs, { ...this.counts });
   }
 }

@@ -6,7 +6,7 @@
 import type { ExecutionContext } from '../expr/index.js';
 import { PROTO_ICMP, PROTO_ICMPV6, PROTO_TCP, PROTO_UDP } from './constants.js';
 import {
-  ICMP_CODE, ICMP_TYPE, IP_DST, IP_HDR_LEN, IP_LEN, IP_OPT_TYPE, IP_PROTO, IP_SRC, IP_TTL, RAW_ICMP, RAW_IP, RAW_TCP, RAW_UDP, SIP,
+  ICMP_CODE, ICMP_TYPE, IP_DST, IP_HDR_LEN, IP_LEN, IP_OPT_TYPE, IP_PROTO, IP_PROTO_NUMBER, IP_SRC, IP_TTL, RAW_ICMP, RAW_IP, RAW_TCP, RAW_UDP, SIP,
   TCP_DSTPORT, TCP_FLAG_ACK, TCP_FLAG_CWR, TCP_FLAG_ECE, TCP_FLAG_FIN, TCP_FLAG_PSH, TCP_FLAG_RST, TCP_FLAG_SYN, TCP_FLAG_URG,
   TCP_FLAGS, TCP_SRCPORT, UDP_DSTPORT, UDP_SRCPORT,
 } from './slots.js';
@@ -25,6 +25,7 @@ export function clearDecoded(ctx: ExecutionContext, info: PacketInfo): void {
   ints[IP_HDR_LEN] = NaN;
   ints[IP_TTL] = NaN;
   ints[IP_OPT_TYPE] = NaN;
+  ints[IP_PROTO_NUMBER] = NaN;
   ctx.ipFamily[IP_SRC] = 0;
   ctx.ipFamily[IP_DST] = 0;
   bb[IP_PROTO] = null;

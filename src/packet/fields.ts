@@ -2,21 +2,33 @@
 // with what each field means for a packet. The decoder fills these slots; the
 // language checks rule expressions against them.
 
-import { SchemeBuilder, type Scheme } from '../expr/index.js';
+import { SchemeBuilder, shortBytesKey, type Scheme } from '../expr/index.js';
+import { PROTO_NAMES } from './constants.js';
+
+// `ip.proto`'s key is the protocol number: every value the decoder writes is
+// PROTO_NAMES[n] for one n (the names are distinct), and any other text has no key.
+const PROTO_NUMBER = new Map(PROTO_NAMES.map((n, i) => [n, i]));
+function protoKey(buf: Uint8Array, start: number, end: number): number {
+  if (end - start > 16) return -1;
+  let s = '';
+  for (let i = start; i < end; i++) s += String.fromCharCode(buf[i]!);
+  return PROTO_NUMBER.get(s) ?? -1;
+}
 
 /** The scheme of the network_transit phase. */
 export const TRANSIT_SCHEME: Scheme = new SchemeBuilder()
   .field('ip.src', 'ip', { description: 'Source address, IPv4 or IPv6' })
   .field('ip.dst', 'ip', { description: 'Destination address, IPv4 or IPv6' })
   .field('ip.proto', 'bytes', {
+    key: { field: 'ip.proto.number', of: protoKey },
     description: 'Transport protocol as a lowercase IANA keyword ("tcp", "udp", "icmp", "ipv6-icmp", "gre", ...); IPv6: after extension headers; a number without a keyword is its decimal string',
   })
   .field('ip.len', 'int', { description: 'IPv4 total length; IPv6: 40 + payload length (the packet including its header)' })
   .field('ip.hdr_len', 'int', { description: 'IPv4 header length in 32-bit words (IHL, 5..15); absent on IPv6' })
   .field('ip.ttl', 'int', { description: 'IPv4 TTL or IPv6 hop limit' })
   .field('ip.opt.type', 'int', { description: 'Type byte of the first IPv4 option; absent when there is none' })
-  .field('ip.src.country', 'bytes', { description: 'ISO 3166-1 alpha-2 country of the source (GeoIP)' })
-  .field('ip.dst.country', 'bytes', { description: 'ISO 3166-1 alpha-2 country of the destination (GeoIP)' })
+  .field('ip.src.country', 'bytes', { description: 'ISO 3166-1 alpha-2 country of the source (GeoIP)', key: { field: 'ip.src.country.key', of: shortBytesKey } })
+  .field('ip.dst.country', 'bytes', { description: 'ISO 3166-1 alpha-2 country of the destination (GeoIP)', key: { field: 'ip.dst.country.key', of: shortBytesKey } })
   .field('ip.geoip.country', 'bytes', {
     description: 'Deprecated: matches the source or the destination country',
     anyOf: ['ip.src.country', 'ip.dst.country'],
@@ -49,4 +61,9 @@ export const TRANSIT_SCHEME: Scheme = new SchemeBuilder()
   // address lookup so that `ip.src in $list` is one AND per rule.
   .field('ip.src.lists', 'int', { hidden: true, description: 'Bit i: ip.src is in list i (internal)' })
   .field('ip.dst.lists', 'int', { hidden: true, description: 'Bit i: ip.dst is in list i (internal)' })
+  // Internal: integer keys of bytes fields (see FieldKey), so that rules compare
+  // them as numbers and the packet path writes numbers, not byte views.
+  .field('ip.proto.number', 'int', { hidden: true, description: 'Protocol number of ip.proto (internal)' })
+  .field('ip.src.country.key', 'int', { hidden: true, description: 'ip.src.country as a number: shortBytesKey (internal)' })
+  .field('ip.dst.country.key', 'int', { hidden: true, description: 'ip.dst.country as a number: shortBytesKey (internal)' })
   .build();

@@ -10,7 +10,7 @@ import {
 import { setProto } from './proto-names.js';
 import type { DecodePlan } from './plan.js';
 import {
-  IP_DST, IP_HDR_LEN, IP_LEN, IP_OPT_TYPE, IP_SRC, IP_TTL, RAW_IP,
+  IP_DST, IP_HDR_LEN, IP_LEN, IP_OPT_TYPE, IP_PROTO_NUMBER, IP_SRC, IP_TTL, RAW_IP,
 } from './slots.js';
 import { decodeIcmp, decodeTcp, decodeUdp } from './transport.js';
 import { ST_FRAGMENT, ST_IP, ST_MALFORMED, ST_TRUNCATED, type PacketInfo } from './view.js';
@@ -55,8 +55,10 @@ export function decodeIpv4(buf: Uint8Array, off: number, end: number, ctx: Execu
   }
   if (n >= 9) ints[IP_TTL] = buf[off + 8]!;
   if (n >= 10) {
-    info.protocol = buf[off + 9]!;
-    setProto(ctx, info.protocol);
+    const proto = buf[off + 9]!;
+    info.protocol = proto;
+    ints[IP_PROTO_NUMBER] = proto;
+    if (plan.protoBytes) setProto(ctx, proto);
   }
   if (n >= 16) ctx.setIp4(IP_SRC, u32(buf, off + 12));
   if (n >= 20) ctx.setIp4(IP_DST, u32(buf, off + 16));
@@ -145,7 +147,8 @@ export function decodeIpv6(buf: Uint8Array, off: number, end: number, ctx: Execu
     return;
   }
   info.protocol = nh;
-  setProto(ctx, nh);
+  ctx.ints[IP_PROTO_NUMBER] = nh;
+  if (plan.protoBytes) setProto(ctx, nh);
   if ((info.status & ST_FRAGMENT) !== 0) return;
   transport(buf, p, l3End, ctx, info, plan, PROTO_ICMPV6);
 }

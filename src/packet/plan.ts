@@ -11,13 +11,24 @@ export interface DecodePlan {
   /** The raw byte fields `ip`, `tcp`, `udp`, `icmp` (views, no copy). */
   readonly raw: boolean;
   readonly sip: boolean;
+  /**
+   * The bytes of `ip.proto` (a view of its name). Its key, the protocol number
+   * (hidden field ip.proto.number), is always written; rules compiled to code
+   * compare that, so they need the bytes only for the tests codegen leaves to
+   * closures (ordering, contains, matches, names that are no protocol's).
+   */
+  readonly protoBytes: boolean;
 }
 
 /** Decode everything. */
-export const FULL_PLAN: DecodePlan = Object.freeze({ tcp: true, udp: true, icmp: true, raw: true, sip: true });
+export const FULL_PLAN: DecodePlan = Object.freeze({ tcp: true, udp: true, icmp: true, raw: true, sip: true, protoBytes: true });
 
-/** The plan for a set of field names (as `Filter.fields` reports them). */
-export function planFor(fields: Iterable<string>): DecodePlan {
+/**
+ * The plan for a set of field names (as `Filter.fields` reports them).
+ * `bytesRead`: the bytes fields whose bytes (not only their keys) are read;
+ * by default every field of `fields`.
+ */
+export function planFor(fields: Iterable<string>, bytesRead?: Iterable<string>): DecodePlan {
   const used = new Set(fields);
   for (const f of used) if (TRANSIT_SCHEME.lookup(f) === undefined) throw new Error(`unknown field ${f}`);
   const any = (prefix: string) => [...used].some((f) => f === prefix || f.startsWith(prefix + '.'));
@@ -27,5 +38,6 @@ export function planFor(fields: Iterable<string>): DecodePlan {
     icmp: any('icmp'),
     raw: ['ip', 'tcp', 'udp', 'icmp'].some((f) => used.has(f)),
     sip: used.has('sip'),
+    protoBytes: (bytesRead === undefined ? used : new Set(bytesRead)).has('ip.proto'),
   });
 }

@@ -40,3 +40,6 @@ export const COLO_NAME = slot('cf.colo.name');
 export const COLO_REGION = slot('cf.colo.region');
 export const IP_SRC_LISTS = slot('ip.src.lists');
 export const IP_DST_LISTS = slot('ip.dst.lists');
+export const IP_PROTO_NUMBER = slot('ip.proto.number');
+export const IP_SRC_COUNTRY_KEY = slot('ip.src.country.key');
+export const IP_DST_COUNTRY_KEY = slot('ip.dst.country.key');
