@@ -120,12 +120,6 @@ export class Database {
     }
   }
 
-  /** True while a write transaction (write or writeGrouped) runs: what is read then may still roll back. */
-  get writing(): boolean {
-    return this.writeDepth > 0;
-  }
-
-  private writeDepth = 0;
   private queued: Array<{ fn: () => unknown; resolve: (v: unknown) => void; reject: (e: unknown) => void }> = [];
   private flushScheduled = false;
 
@@ -176,7 +170,6 @@ export class Database {
    * Everything or nothing is committed.
    */
   write<T>(fn: () => T): T {
-    this.writeDepth++;
     try {
       return this.db.transaction(fn).immediate();
     } catch (err) {
@@ -184,8 +177,6 @@ export class Database {
         throw new MoatError('STORE_BUSY', 'the database is busy (another writer holds it); try again', { cause: err });
       }
       throw err;
-    } finally {
-      this.writeDepth--;
     }
   }
 

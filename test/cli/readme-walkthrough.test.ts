@@ -57,7 +57,10 @@ describe.skipIf(curl === undefined || bash === undefined)('the README walkthroug
     const run = spawnSync(bash!, ['-euo', 'pipefail', '-c', script], { encoding: 'utf8', timeout: 30_000 });
     expect(run.status, run.stderr).toBe(0);
     const h = { 'X-Auth-Email': 'admin@moat.local', 'X-Auth-Key': key };
-    const entry = (await (await fetch(`${url}/accounts/${account}/rulesets/phases/network_transit/entrypoint`, { headers: h })).json()) as any;
+    const entry = (await (await fetch(`${url}/accounts/${account}/rulesets/phases/network_transit/entrypoint`, { headers: h })).json()) as {
+      success: boolean;
+      result: { version: string; rules: { action: string; expression: string }[] };
+    };
     expect(entry.success).toBe(true);
     expect(entry.result.version, run.stdout).toBe('3');
     expect(entry.result.rules.map((r: { action: string; expression: string }) => `${r.action} ${r.expression}`)).toEqual([
@@ -68,7 +71,7 @@ describe.skipIf(curl === undefined || bash === undefined)('the README walkthroug
     ]);
     // the walkthrough ends by listing the versions: the PUT and the two added rules
     expect(run.stdout).toMatch(/"result":\[\{"id":"[0-9a-f]{32}","name":"default".*"version":"3".*\}\]\}$/);
-    const versions = (await (await fetch(`${url}/accounts/${account}/rulesets/phases/network_transit/entrypoint/versions`, { headers: h })).json()) as any;
+    const versions = (await (await fetch(`${url}/accounts/${account}/rulesets/phases/network_transit/entrypoint/versions`, { headers: h })).json()) as { result: { version: string }[] };
     expect(versions.result.map((v: { version: string }) => v.version)).toEqual(['1', '2', '3']);
   });
 });

@@ -10,6 +10,15 @@ import type { FastifyInstance } from 'fastify';
 import { buildServer, type ApiLimits } from '../../src/api/index.js';
 import { Database, Users, newId } from '../../src/store/index.js';
 
+/** A response of `call`. `json` is the parsed body, loosely typed: tests assert on its shape. */
+export interface ApiResponse {
+  status: number;
+  // eslint-disable-next-line @typescript-eslint/no-explicit-any -- tests read arbitrary envelopes and assert on them
+  json: any;
+  headers: Headers;
+  text: string;
+}
+
 /** A running server and the credentials of its first user. */
 export interface TestApi {
   readonly app: FastifyInstance;
@@ -25,7 +34,7 @@ export interface TestApi {
   /** A Cloudflare SDK client for the first user. */
   client(email?: string, key?: string): Cloudflare;
   /** Plain HTTP with the first user's headers (override or drop them with `headers`). */
-  call(method: string, path: string, body?: unknown, headers?: Record<string, string | undefined>): Promise<{ status: number; json: any; headers: Headers; text: string }>;
+  call(method: string, path: string, body?: unknown, headers?: Record<string, string | undefined>): Promise<ApiResponse>;
   /** Stops the server and closes the database (the data directory is kept until `dispose`). */
   stop(): Promise<void>;
   /** Stops and removes the data directory. */
@@ -69,7 +78,7 @@ export async function startApi(options: { dataDir?: string; limits?: Partial<Api
       }
       const res = await fetch(base + path, { method, headers: h, body: body === undefined ? undefined : typeof body === 'string' ? body : JSON.stringify(body) });
       const text = await res.text();
-      let json: any = undefined;
+      let json: ApiResponse['json'] = undefined;
       try {
         json = text === '' ? undefined : JSON.parse(text);
       } catch {
