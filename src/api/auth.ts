@@ -27,8 +27,13 @@ export function authenticate(req: FastifyRequest, users: Users): Principal {
       hint: 'send X-Auth-Email and X-Auth-Key',
     });
   }
-  if (!isWellFormedEmail(email)) throw apiError('AUTH_MISSING_HEADERS', 'Invalid format for X-Auth-Email header');
-  if (!isWellFormedKey(key)) throw apiError('AUTH_MISSING_HEADERS', 'Invalid format for X-Auth-Key header');
+  // Cloudflare's shape: 6003 "Invalid request headers" explained by 6102/6103 in error_chain.
+  if (!isWellFormedEmail(email)) {
+    throw apiError('AUTH_MISSING_HEADERS', 'Invalid request headers', { chain: [apiError('AUTH_BAD_EMAIL_HEADER', 'Invalid format for X-Auth-Email header')] });
+  }
+  if (!isWellFormedKey(key)) {
+    throw apiError('AUTH_MISSING_HEADERS', 'Invalid request headers', { chain: [apiError('AUTH_BAD_KEY_HEADER', 'Invalid format for X-Auth-Key header')] });
+  }
   const p = users.verify(email, key);
   if (p === undefined) throw apiError('AUTH_UNKNOWN_KEY', 'Unknown X-Auth-Key or X-Auth-Email');
   return p;

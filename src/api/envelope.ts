@@ -8,6 +8,7 @@ export interface EnvelopeMessage {
   code: number;
   message: string;
   source?: { pointer: string };
+  error_chain?: EnvelopeMessage[];
 }
 
 /** A v4 envelope. */
@@ -30,6 +31,7 @@ export function ok<T>(result: T, resultInfo?: Record<string, unknown>): Envelope
 export function errorEntry(err: MoatError): EnvelopeMessage {
   const m: EnvelopeMessage = { code: err.code, message: err.message };
   if (err.pointer !== undefined) m.source = { pointer: err.pointer };
+  if (err.chain !== undefined && err.chain.length > 0) m.error_chain = err.chain.map(errorEntry);
   return m;
 }
 

@@ -4,7 +4,7 @@
 //   1xxx expression syntax   2xxx expression types and names
 //   3xxx packets and captures 4xxx lists and GeoIP data   5xxx configuration   6xxx rulesets
 //   7xxx API   8xxx store   9xxx channel/notify
-// A few codes are Cloudflare's own (9103, 10000, 10003, 20125, 20217, 7000, 7003):
+// A few codes are Cloudflare's own (6003 with 6102/6103, 9103, 10000, 10003, 20125, 20217, 7000, 7003):
 // clients of Cloudflare's API match on them, so Moat answers with the same numbers.
 
 /** One registry entry: a stable name, an HTTP status for the API, and a one-line summary. */
@@ -85,7 +85,7 @@ export const ERRORS = Object.freeze({
   // 6xxx: rulesets and bundles
   RULESET_BAD_JSON: def(6001, 400, 'ruleset is not valid JSON'),
   RULESET_BAD_SHAPE: def(6002, 400, 'ruleset does not have the expected shape'),
-  RULESET_BAD_ACTION: def(6003, 400, 'unknown or unsupported rule action'),
+  RULESET_BAD_ACTION: def(6007, 400, 'unknown or unsupported rule action'),
   RULESET_BAD_PHASE: def(6004, 400, 'ruleset is not for the network_transit phase'),
   RULESET_TOO_MANY_LISTS: def(6005, 400, 'more lists referenced than the engine supports'),
   RULESET_BAD_EXECUTE: def(6006, 400, 'an execute rule names a missing or unusable managed ruleset'),
@@ -100,7 +100,9 @@ export const ERRORS = Object.freeze({
   API_INVALID_FIELD: def(7013, 400, 'a field of the request body is missing or invalid'),
   API_BAD_QUERY: def(7014, 400, 'a query parameter is invalid'),
   API_INTERNAL: def(7099, 500, 'internal error'),
-  AUTH_MISSING_HEADERS: def(7100, 400, 'missing or malformed X-Auth-Email / X-Auth-Key headers'),
+  AUTH_MISSING_HEADERS: def(6003, 400, 'invalid request headers: X-Auth-Email / X-Auth-Key missing or malformed'),
+  AUTH_BAD_EMAIL_HEADER: def(6102, 400, 'invalid format for X-Auth-Email header (in error_chain of 6003)'),
+  AUTH_BAD_KEY_HEADER: def(6103, 400, 'invalid format for X-Auth-Key header (in error_chain of 6003)'),
   AUTH_UNKNOWN_KEY: def(9103, 403, 'unknown X-Auth-Key or X-Auth-Email'),
   AUTH_FORBIDDEN: def(10000, 403, 'authentication error: no access to this account or zone'),
   RULESET_NOT_FOUND: def(7200, 404, 'ruleset not found'),

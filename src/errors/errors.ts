@@ -18,6 +18,8 @@ export interface ErrorDetails {
   file?: string;
   line?: number;
   cause?: unknown;
+  /** Errors that explain this one (the API's `error_chain`). */
+  chain?: readonly MoatError[];
 }
 
 /** An error with a registry code. `code` is the v4 envelope's `errors[].code`. */
@@ -30,6 +32,7 @@ export class MoatError extends Error {
   hint: string | undefined;
   file: string | undefined;
   line: number | undefined;
+  chain: readonly MoatError[] | undefined;
 
   constructor(name: ErrorName, message: string, details: ErrorDetails = {}) {
     super(message, details.cause === undefined ? undefined : { cause: details.cause });
@@ -43,5 +46,6 @@ export class MoatError extends Error {
     this.hint = details.hint;
     this.file = details.file;
     this.line = details.line;
+    this.chain = details.chain;
   }
 }

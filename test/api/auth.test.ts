@@ -60,7 +60,7 @@ afterAll(async () => {
 });
 
 describe('credentials', () => {
-  it('answers 400/7100 when X-Auth-Email or X-Auth-Key is missing or empty', async () => {
+  it('answers 400/6003 when X-Auth-Email or X-Auth-Key is missing or empty', async () => {
     const path = `/accounts/${api.accountId}/rulesets`;
     const variants: Record<string, string | undefined>[] = [
       { 'X-Auth-Email': undefined, 'X-Auth-Key': undefined },
@@ -72,20 +72,20 @@ describe('credentials', () => {
       const r = await api.call('GET', path, undefined, headers);
       expect(r.status, JSON.stringify(headers)).toBe(400);
       expect(r.json.success).toBe(false);
-      expect(r.json.errors[0].code, JSON.stringify(headers)).toBe(7100);
+      expect(r.json.errors[0].code, JSON.stringify(headers)).toBe(6003);
     }
   });
 
-  it('answers 400/7100 for a malformed key or email, naming the header', async () => {
+  it('answers 400/6003 for a malformed key or email, naming the header', async () => {
     const path = `/accounts/${api.accountId}/rulesets`;
     const shortKey = await api.call('GET', path, undefined, { 'X-Auth-Key': 'short' });
     expect(shortKey.status).toBe(400);
-    expect(shortKey.json.errors).toEqual([{ code: 7100, message: 'Invalid format for X-Auth-Key header' }]);
+    expect(shortKey.json.errors).toEqual([{ code: 6003, message: 'Invalid request headers', error_chain: [{ code: 6103, message: 'Invalid format for X-Auth-Key header' }] }]);
     const oddKey = await api.call('GET', path, undefined, { 'X-Auth-Key': 'has spaces in it, long enough' });
-    expect(oddKey.json.errors[0].code).toBe(7100);
+    expect(oddKey.json.errors[0].code).toBe(6003);
     const email = await api.call('GET', path, undefined, { 'X-Auth-Email': 'not-an-email' });
     expect(email.status).toBe(400);
-    expect(email.json.errors).toEqual([{ code: 7100, message: 'Invalid format for X-Auth-Email header' }]);
+    expect(email.json.errors).toEqual([{ code: 6003, message: 'Invalid request headers', error_chain: [{ code: 6102, message: 'Invalid format for X-Auth-Email header' }] }]);
   });
 
   it('answers 403/9103 for a wrong key or an unknown email, as the SDK\'s PermissionDeniedError', async () => {
@@ -118,10 +118,10 @@ describe('credentials', () => {
     expect((await api.call('GET', path, undefined, as(second))).status).toBe(403);
   });
 
-  it('answers an unknown route without credentials with 400/7100, not with what routes exist', async () => {
+  it('answers an unknown route without credentials with 400/6003, not with what routes exist', async () => {
     const r = await api.call('GET', '/secret/admin/path', undefined, { 'X-Auth-Email': undefined, 'X-Auth-Key': undefined });
     expect(r.status).toBe(400);
-    expect(r.json.errors.map((e: { code: number }) => e.code)).toEqual([7100]);
+    expect(r.json.errors.map((e: { code: number }) => e.code)).toEqual([6003]);
     expect(r.text).not.toContain('secret');
     expect(r.text).not.toContain('route');
     // The same with a wrong key.

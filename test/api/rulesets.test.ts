@@ -583,7 +583,7 @@ describe('validation errors', () => {
     expect(r.status).toBe(400);
     expect(r.json.errors.map((e: { code: number; source: { pointer: string } }) => [e.code, e.source.pointer])).toEqual([
       [1014, '/rules/0/expression'],
-      [6003, '/rules/2/action'],
+      [6007, '/rules/2/action'],
       [20125, '/rules/3/expression'],
     ]);
     expect(await collect(t.client.rulesets.list({ account_id: t.accountId }))).toEqual([]);
@@ -592,11 +592,11 @@ describe('validation errors', () => {
   it('rejects unknown actions, a skip without ruleset current, and action_parameters without an action', async () => {
     const t = tenant();
     const unknown = await post(t, [{ action: 'challenge', expression: 'tcp.dstport == 1' }]);
-    expect(unknown.json.errors[0]).toMatchObject({ code: 6003, source: { pointer: '/rules/0/action' } });
+    expect(unknown.json.errors[0]).toMatchObject({ code: 6007, source: { pointer: '/rules/0/action' } });
     for (const action_parameters of [undefined, { ruleset: 'other' }, { rulesets: [newId()] }, { ruleset: 'current', phases: [] }]) {
       const skip = await post(t, [{ action: 'skip', expression: 'tcp.dstport == 1', action_parameters }]);
       expect(skip.status, JSON.stringify(action_parameters)).toBe(400);
-      expect(skip.json.errors[0], JSON.stringify(action_parameters)).toMatchObject({ code: 6003, source: { pointer: '/rules/0/action_parameters' } });
+      expect(skip.json.errors[0], JSON.stringify(action_parameters)).toMatchObject({ code: 6007, source: { pointer: '/rules/0/action_parameters' } });
     }
     const noAction = await post(t, [{ expression: 'tcp.dstport == 1', action_parameters: { ruleset: 'current' } }]);
     expect(noAction.status).toBe(400);
@@ -825,7 +825,7 @@ describe('managed rulesets', () => {
       rules: [{ action: 'execute', expression: 'tcp.dstport == 1', action_parameters: { id: managedId } }],
     });
     expect(r.status).toBe(400);
-    expect(r.json.errors[0]).toMatchObject({ code: 6003, source: { pointer: '/rules/0/action' } });
+    expect(r.json.errors[0]).toMatchObject({ code: 6007, source: { pointer: '/rules/0/action' } });
   });
 
   it('returns only the rules carrying a tag from by_tag, at account level', async () => {

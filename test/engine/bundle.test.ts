@@ -112,12 +112,12 @@ describe('reading rulesets', () => {
     ['{', 6001, undefined],
     ['[]', 6002, ''],
     ['{"rules": {}}', 6002, '/rules'],
-    ['{"rules": [{"action": "drop", "expression": "x"}]}', 6003, '/rules/0/action'],
-    ['{"rules": [{"action": "skip", "expression": "x"}]}', 6003, '/rules/0/action_parameters/ruleset'],
+    ['{"rules": [{"action": "drop", "expression": "x"}]}', 6007, '/rules/0/action'],
+    ['{"rules": [{"action": "skip", "expression": "x"}]}', 6007, '/rules/0/action_parameters/ruleset'],
     ['{"rules": [{"action": "block"}]}', 6002, '/rules/0/expression'],
     ['{"rules": [{"action": "block", "expression": "x", "enabled": "yes"}]}', 6002, '/rules/0/enabled'],
     ['{"phase": "http_request_firewall_custom", "rules": []}', 6004, '/phase'],
-    ['{"success": true, "result": {"rules": [{"action": 1, "expression": "x"}]}}', 6003, '/result/rules/0/action'],
+    ['{"success": true, "result": {"rules": [{"action": 1, "expression": "x"}]}}', 6007, '/result/rules/0/action'],
   ])('rejects %s with code %i at %s', (text, code, pointer) => {
     try {
       parseRuleset(text, 'f.json');
