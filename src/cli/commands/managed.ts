@@ -11,7 +11,7 @@ import { Database } from '../../store/index.js';
 import { CliError, type Output } from '../output.js';
 import { DEFAULT_DATA_DIR } from './serve.js';
 
-/** Registers `moat managed import|list`. */
+/** Registers `moat managed import|delete|list`. */
 export function registerManaged(program: Command, out: Output): void {
   const managed = program.command('managed').description("operator commands for managed rulesets (deployed by customers with execute rules)");
   managed
@@ -35,6 +35,20 @@ export function registerManaged(program: Command, out: Output): void {
         if (errors === undefined) throw err;
         for (const e of errors) out.stderr(`moat: ${flags.file}: ${e.pointer === undefined ? '' : `at ${e.pointer || '/'}: `}error ${e.code}: ${e.message}`);
         out.exitCode = 1;
+      } finally {
+        store.close();
+      }
+    });
+  managed
+    .command('delete')
+    .description('delete a managed ruleset with all its versions (refused while an execute rule deploys it)')
+    .option('--data-dir <dir>', 'directory of the database', DEFAULT_DATA_DIR)
+    .requiredOption('--id <id>', 'the managed ruleset id (see moat managed list)')
+    .action((flags: { dataDir: string; id: string }) => {
+      const store = Database.open(flags.dataDir);
+      try {
+        new RulesetService(store, DEFAULT_API_LIMITS).deleteManaged(flags.id);
+        out.stdout(`deleted managed ruleset ${flags.id}`);
       } finally {
         store.close();
       }
