@@ -24,23 +24,53 @@ export interface PacketPathOptions {
   counters?: PathCounters | undefined;
 }
 
-/** Totals of a packet path. Bytes are wire lengths. */
+// Counter indexes in PathCounters.v.
+const C_PACKETS = 0;
+const C_BYTES = 1;
+const C_PASSED = 2;
+const C_PASSED_BYTES = 3;
+const C_DROPPED = 4;
+const C_DROPPED_BYTES = 5;
+const C_UNDECODABLE = 6;
+const C_UNDECODABLE_BYTES = 7;
+const C_NOT_IP = 8;
+const C_DAMAGED = 9;
+const C_FRAGMENTS = 10;
+
+/**
+ * Totals of a packet path. Bytes are wire lengths. The packet path adds to
+ * `v` (one Float64Array, indexed stores) rather than to object fields, whose
+ * byte totals are boxed doubles (measured on the pipeline benchmark,
+ * alternating A/B: ~448 -> ~440 ns/packet); the named accessors read and set `v`.
+ */
 export class PathCounters {
-  packets = 0;
-  bytes = 0;
-  passed = 0;
-  passedBytes = 0;
-  dropped = 0;
-  droppedBytes = 0;
+  readonly v = new Float64Array(11);
+  get packets(): number { return this.v[C_PACKETS]!; }
+  set packets(x: number) { this.v[C_PACKETS] = x; }
+  get bytes(): number { return this.v[C_BYTES]!; }
+  set bytes(x: number) { this.v[C_BYTES] = x; }
+  get passed(): number { return this.v[C_PASSED]!; }
+  set passed(x: number) { this.v[C_PASSED] = x; }
+  get passedBytes(): number { return this.v[C_PASSED_BYTES]!; }
+  set passedBytes(x: number) { this.v[C_PASSED_BYTES] = x; }
+  get dropped(): number { return this.v[C_DROPPED]!; }
+  set dropped(x: number) { this.v[C_DROPPED] = x; }
+  get droppedBytes(): number { return this.v[C_DROPPED_BYTES]!; }
+  set droppedBytes(x: number) { this.v[C_DROPPED_BYTES] = x; }
   /** Frames whose IP header could not be read, or of an unsupported link type. */
-  undecodable = 0;
-  undecodableBytes = 0;
+  get undecodable(): number { return this.v[C_UNDECODABLE]!; }
+  set undecodable(x: number) { this.v[C_UNDECODABLE] = x; }
+  get undecodableBytes(): number { return this.v[C_UNDECODABLE_BYTES]!; }
+  set undecodableBytes(x: number) { this.v[C_UNDECODABLE_BYTES] = x; }
   /** Frames that are not IP (ARP, LLDP...): passed without evaluation. */
-  notIp = 0;
+  get notIp(): number { return this.v[C_NOT_IP]!; }
+  set notIp(x: number) { this.v[C_NOT_IP] = x; }
   /** IP packets evaluated although damaged (truncated or malformed headers). */
-  damaged = 0;
+  get damaged(): number { return this.v[C_DAMAGED]!; }
+  set damaged(x: number) { this.v[C_DAMAGED] = x; }
   /** Non-first fragments (evaluated without transport fields). */
-  fragments = 0;
+  get fragments(): number { return this.v[C_FRAGMENTS]!; }
+  set fragments(x: number) { this.v[C_FRAGMENTS] = x; }
 }
 
 /** A ListProvider over an AddressTable: membership is precomputed per packet into hidden bit fields. */
@@ -149,28 +179,28 @@ export class PacketPath {
   process(buf: Uint8Array, off: number, caplen: number, origLen: number, linkType: number): boolean {
     const ctx = this.ctx;
     const info = this.info;
-    const c = this.counters;
+    const c = this.counters.v;
     // Clear only what the previous packet set (the context starts all absent).
     // (The enriched fields are cleared below, where a lookup does not overwrite them all.)
     clearDecoded(ctx, info);
     info.reset();
-    c.packets++;
-    c.bytes += origLen;
+    c[C_PACKETS]++;
+    c[C_BYTES] += origLen;
     decode(buf, off, caplen, linkType, ctx, info, this.evaluator.plan);
     this.lastRule = VERDICT_PASS;
     const st = info.status;
     if ((st & ST_IP) === 0 || ctx.ipFamily[F.IP_SRC] === 0) {
       if (this.enriched) this.clearEnriched();
       if ((st & ST_IP) === 0 && info.etherType !== 0) {
-        c.notIp++;
+        c[C_NOT_IP]++;
         return this.pass(origLen);
       }
-      c.undecodable++;
-      c.undecodableBytes += origLen;
+      c[C_UNDECODABLE]++;
+      c[C_UNDECODABLE_BYTES] += origLen;
       return this.dropUndecodable ? this.drop(origLen) : this.pass(origLen);
     }
-    if ((st & (ST_TRUNCATED | ST_MALFORMED)) !== 0) c.damaged++;
-    if ((st & ST_FRAGMENT) !== 0) c.fragments++;
+    if ((st & (ST_TRUNCATED | ST_MALFORMED)) !== 0) c[C_DAMAGED]++;
+    if ((st & ST_FRAGMENT) !== 0) c[C_FRAGMENTS]++;
     if (this.lookupSrc && this.lookupDst && ctx.ipFamily[F.IP_SRC] === 4 && ctx.ipFamily[F.IP_DST] === 4) {
       // Both IPv4 addresses at once: their cache misses overlap (see AddressTable.lookup4Pair).
       // The two fill() calls overwrite every enriched field: nothing to clear first.
@@ -193,14 +223,16 @@ export class PacketPath {
   }
 
   private pass(len: number): boolean {
-    this.counters.passed++;
-    this.counters.passedBytes += len;
+    const c = this.counters.v;
+    c[C_PASSED]++;
+    c[C_PASSED_BYTES] += len;
     return false;
   }
 
   private drop(len: number): boolean {
-    this.counters.dropped++;
-    this.counters.droppedBytes += len;
+    const c = this.counters.v;
+    c[C_DROPPED]++;
+    c[C_DROPPED_BYTES] += len;
     return true;
   }
 
