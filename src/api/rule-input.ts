@@ -136,9 +136,6 @@ export function validateRule(body: unknown, at: string, env: RuleEnv): { rule?: 
     errors.push(new MoatError('RULE_BLANK_EXPRESSION', "'' is not a valid value for expression because the expression cannot be blank", { pointer: `${at}/expression` }));
   } else if (typeof expression !== 'string') {
     errors.push(invalidField(`${at}/expression`, '"expression" must be a string'));
-  } else if (action === 'execute' && expression.trim() === 'true') {
-    // "true" is how Cloudflare deploys a managed ruleset for all traffic; the
-    // engine runs the managed rules ungated for it (engine/managed.ts).
   } else {
     const report = checkExpression(expression, {
       scheme: TRANSIT_SCHEME,

@@ -20,6 +20,8 @@ export type Checked =
   | { readonly kind: 'and' | 'or' | 'xor'; readonly items: readonly Checked[] }
   | { readonly kind: 'not'; readonly operand: Checked }
   | { readonly kind: 'bool'; readonly field: FieldDef }
+  /** The constants `true` and `false` (Cloudflare's "true" deploys a rule for all traffic). */
+  | { readonly kind: 'const'; readonly value: boolean }
   | { readonly kind: 'int-cmp'; readonly lhs: IntOperand; readonly op: '==' | '!=' | '<' | '<=' | '>' | '>='; readonly value: number }
   | { readonly kind: 'int-and'; readonly lhs: IntOperand; readonly mask: number }
   | { readonly kind: 'int-in'; readonly lhs: IntOperand; readonly set: NumberRangeSet }

@@ -132,6 +132,14 @@ class Checker {
       intLhs = checkCall(e.lhs, this.scheme);
       this.fields.add(intLhs.field.name);
       type = 'int';
+    } else if ((e.lhs.name === 'true' || e.lhs.name === 'false') && this.scheme.lookup(e.lhs.name) === undefined) {
+      if (e.op !== null) {
+        throw new MoatError('EXPR_BOOL_WITH_OP', `${e.lhs.name} is a constant and is used bare`, {
+          span: { start: e.opSpan!.start, end: e.rhs!.span.end },
+          hint: `write "${e.lhs.name}" alone, or compare a field`,
+        });
+      }
+      return { kind: 'const', value: e.lhs.name === 'true' };
     } else {
       field = this.resolve(e.lhs);
       type = field.type;

@@ -60,6 +60,8 @@ export function generate(node: Checked, pool: ConstantPool, lists: ListProvider 
       return `!${generate(node.operand, pool, lists)}`;
     case 'bool':
       return `(B[${int(node.field.slot)}] === 1)`;
+    case 'const':
+      return node.value ? 'true' : 'false';
     case 'int-cmp': {
       const v = intValue(node.lhs, pool);
       const k = num(node.value);
@@ -164,6 +166,8 @@ function cost(node: Checked, lists: ListProvider | undefined): number {
       return cost(node.operand, lists);
     case 'bool':
       return 1;
+    case 'const':
+      return 0;
     case 'int-cmp':
     case 'int-and':
       return node.lhs.kind === 'field' ? 1 : 8;

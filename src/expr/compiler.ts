@@ -37,6 +37,8 @@ export function compileChecked(node: Checked, lists: ListProvider | undefined): 
       const s = node.field.slot;
       return (c) => c.bools[s] === 1;
     }
+    case 'const':
+      return node.value ? () => true : () => false;
     case 'int-cmp':
       return compileIntCmp(node.lhs, node.op, node.value);
     case 'int-and': {

@@ -123,6 +123,13 @@ const ICMP_ECHO = '0800f7ff00010001';
 // ---------------------------------------------------------------------------------------------
 
 export const CASES: readonly Case[] = [
+  // ===== Constants ============================================================================
+  { name: 'true matches every packet (how Cloudflare deploys a rule for all traffic)', expr: 'true',
+    runs: [{ packet: port(80), expect: true }, { packet: {}, expect: true }] },
+  { name: 'false matches no packet', expr: 'false', runs: [{ packet: port(80), expect: false }, { packet: {}, expect: false }] },
+  { name: 'true and false combine like any test', expr: 'true and not (false or tcp.dstport == 22)',
+    runs: [{ packet: port(22), expect: false }, { packet: port(80), expect: true }] },
+  { name: 'true with an operator is an error: it is a constant', expr: 'true == 1', expect: { error: 2005 } },
   // ===== Integer fields: every operator =====================================================
   { name: 'int == is true only for the equal value', expr: 'tcp.dstport == 80',
     runs: [{ packet: port(79), expect: false }, { packet: port(80), expect: true }, { packet: port(81), expect: false }] },
@@ -314,7 +321,7 @@ export const CASES: readonly Case[] = [
   { name: 'sip contains ... is an error', expr: 'sip contains "INVITE"', expect: { error: 2005 } },
   { name: 'a bool field with a comparison operator inside a larger expression is an error',
     expr: 'tcp.dstport == 80 and tcp.flags.syn == 1', expect: { error: 2005 } },
-  { name: 'true is not a literal: it is an unknown field', expr: 'true', expect: { error: 2001 } },
+  { name: 'True is not the constant: names are case-sensitive, so it is an unknown field', expr: 'True', expect: { error: 2001 } },
 
   // ===== Operators not supported by a type ===================================================
   { name: 'contains on an int field is error 2002', expr: 'tcp.dstport contains 80', expect: { error: 2002 } },

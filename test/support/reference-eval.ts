@@ -127,6 +127,7 @@ export function refEval(e: Expr, p: RefPacket, lists: Record<string, string[]> =
     case 'not': return !refEval(e.operand, p, lists);
     case 'group': return refEval(e.inner, p, lists);
     case 'cmp': {
+      if (e.lhs.kind === 'field' && e.op === null && (e.lhs.name === 'true' || e.lhs.name === 'false')) return e.lhs.name === 'true';
       if (e.lhs.kind === 'field' && e.lhs.name === 'ip.geoip.country') {
         const vals = [p['ip.src.country'], p['ip.dst.country']].filter((x) => x !== undefined);
         const one = (c: string | boolean | number | undefined) =>
