@@ -114,6 +114,12 @@ export async function buildServer(options: ServerOptions): Promise<FastifyInstan
     req.principal = authenticate(req, ctx.users);
   });
 
+  // One access line per request at debug level (`moat serve --log-level debug`);
+  // at the default level pino makes this a no-op.
+  app.addHook('onResponse', async (req, reply) => {
+    req.log.debug({ method: req.method, url: req.url, status: reply.statusCode, ms: Math.round(reply.elapsedTime * 10) / 10, user: req.principal?.email }, 'request');
+  });
+
   app.setErrorHandler((err, req, reply) => {
     const mapped = toMoatErrors(err);
     if (mapped === undefined) {
