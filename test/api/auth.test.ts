@@ -1,44 +1,10 @@
 // Authentication and authorisation of the API: X-Auth-Email/X-Auth-Key checked
 // before any route answers, revocation effective on the next request, and one
 // user never reaching another account's or zone's rulesets.
-import type Cloudflare from 'cloudflare';
 import { PermissionDeniedError, type APIError } from 'cloudflare';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { newId } from '../../src/store/index.js';
-import { startApi, type TestApi } from '../support/api.js';
-
-/** A rule and a ruleset as the server returns them. */
-interface Rule {
-  id: string;
-  version: string;
-  action: string;
-  expression?: string;
-  description?: string;
-  enabled?: boolean;
-  ref?: string;
-  last_updated: string;
-  categories?: string[];
-  action_parameters?: Record<string, unknown>;
-}
-interface Ruleset {
-  id: string;
-  name: string;
-  description: string;
-  kind: string;
-  phase: string;
-  version: string;
-  last_updated: string;
-  rules: Rule[];
-}
-
-/** The SDK types the result of every ruleset write as `Ruleset | unknown`, which is `unknown`; read it as what the server returns. */
-function written(p: Promise<unknown>): Promise<Ruleset> {
-  return p as Promise<Ruleset>;
-}
-
-/** The SDK's phase type lists Cloudflare's names only; Moat's phase is network_transit. */
-type Phase = NonNullable<Parameters<Cloudflare['rulesets']['create']>[0]['phase']>;
-const PHASE = 'network_transit' as string as Phase;
+import { PHASE, startApi, written, type TestApi } from '../support/api.js';
 
 let api: TestApi;
 

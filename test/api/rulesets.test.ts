@@ -6,41 +6,7 @@ import Cloudflare, { BadRequestError, NotFoundError, PermissionDeniedError, type
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { DEFAULT_API_LIMITS, RulesetService } from '../../src/api/index.js';
 import { newId } from '../../src/store/index.js';
-import { startApi, type TestApi } from '../support/api.js';
-
-/** The SDK's phase type lists Cloudflare's names only; Moat's phase is network_transit. */
-type Phase = NonNullable<Parameters<Cloudflare['rulesets']['create']>[0]['phase']>;
-const PHASE = 'network_transit' as string as Phase;
-
-/** A rule and a ruleset as the server returns them. */
-interface Rule {
-  id: string;
-  version: string;
-  action: string;
-  expression?: string;
-  description?: string;
-  enabled?: boolean;
-  ref?: string;
-  last_updated: string;
-  categories?: string[];
-  action_parameters?: Record<string, unknown>;
-}
-interface Ruleset {
-  id: string;
-  name: string;
-  description: string;
-  kind: string;
-  phase: string;
-  version: string;
-  last_updated: string;
-  rules: Rule[];
-}
-
-/** The SDK types the result of every ruleset write as `Ruleset | unknown`, which is `unknown`; read it as what the server returns. */
-function written(p: Promise<unknown>): Promise<Ruleset> {
-  return p as Promise<Ruleset>;
-}
-
+import { PHASE, startApi, written, type Phase, type Ruleset, type TestApi } from '../support/api.js';
 
 /** A user of its own account (and zone), so entrypoints of one test never collide with another's. */
 interface Tenant {

@@ -7,40 +7,10 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import BetterSqlite3 from 'better-sqlite3';
-import type Cloudflare from 'cloudflare';
 import { afterEach, describe, expect, it } from 'vitest';
 import { Database, DB_FILE } from '../../src/store/database.js';
 import { MIGRATIONS } from '../../src/store/migrations.js';
-import { startApi } from '../support/api.js';
-
-/** A rule and a ruleset as the server returns them. */
-interface Rule {
-  id: string;
-  version: string;
-  action: string;
-  expression?: string;
-  description?: string;
-  enabled?: boolean;
-  ref?: string;
-  last_updated: string;
-  categories?: string[];
-  action_parameters?: Record<string, unknown>;
-}
-interface Ruleset {
-  id: string;
-  name: string;
-  description: string;
-  kind: string;
-  phase: string;
-  version: string;
-  last_updated: string;
-  rules: Rule[];
-}
-
-/** The SDK types the result of every ruleset write as `Ruleset | unknown`, which is `unknown`; read it as what the server returns. */
-function written(p: Promise<unknown>): Promise<Ruleset> {
-  return p as Promise<Ruleset>;
-}
+import { PHASE, startApi, written } from '../support/api.js';
 
 const dirs: string[] = [];
 function tempDir(): string {
@@ -214,8 +184,7 @@ describe('restart', () => {
     const first = await startApi({ dataDir });
     const { email, key, accountId, zoneId } = first;
     const client = first.client();
-    // The SDK's phase type lists Cloudflare's names only; Moat's phase is network_transit.
-    const phase = 'network_transit' as string as NonNullable<Parameters<Cloudflare['rulesets']['create']>[0]['phase']>;
+    const phase = PHASE;
     const custom = await written(client.rulesets.create({ account_id: accountId, name: 'custom', kind: 'custom', phase, rules: [{ action: 'block', expression: 'tcp.dstport == 23' }] }));
     await written(client.rulesets.rules.create(custom.id, { account_id: accountId, action: 'log', expression: 'udp.dstport == 53', position: { index: 1 } }));
     await written(client.rulesets.update(custom.id, { account_id: accountId, description: 'third', rules: [{ action: 'block', expression: 'tcp.dstport == 22' }] }));
