@@ -7,39 +7,19 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import Cloudflare from 'cloudflare';
 import type { FastifyInstance } from 'fastify';
-import { buildServer, type ApiLimits } from '../../src/api/index.js';
-import { Database, Users, newId } from '../../src/store/index.js';
+import { buildServer, type ApiLimits, type RulesetView } from '../../src/api/index.js';
+import { Database, Users, newId, type StoredRule } from '../../src/store/index.js';
 
 /** The SDK's phase type lists Cloudflare's names only; Moat's phase is network_transit. */
 export type Phase = NonNullable<Parameters<Cloudflare['rulesets']['create']>[0]['phase']>;
 /** `network_transit`, typed for the SDK. */
 export const PHASE = 'network_transit' as string as Phase;
 
-/** A rule as the server returns it. */
-export interface Rule {
-  id: string;
-  version: string;
-  action: string;
-  expression?: string;
-  description?: string;
-  enabled?: boolean;
-  ref?: string;
-  last_updated: string;
-  categories?: string[];
-  action_parameters?: Record<string, unknown>;
-}
+/** A rule as the server returns it (managed rules come without `expression`). */
+export type Rule = Omit<StoredRule, 'expression'> & { expression?: string };
 
-/** A ruleset as the server returns it. */
-export interface Ruleset {
-  id: string;
-  name: string;
-  description: string;
-  kind: string;
-  phase: string;
-  version: string;
-  last_updated: string;
-  rules: Rule[];
-}
+/** A ruleset as the server returns it, with its rules. */
+export type Ruleset = Omit<RulesetView, 'rules'> & { rules: Rule[] };
 
 /** The SDK types the result of every ruleset write as `unknown`; read it as what the server returns. */
 export function written(p: Promise<unknown>): Promise<Ruleset> {
