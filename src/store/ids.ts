@@ -3,9 +3,21 @@
 
 import { randomBytes } from 'node:crypto';
 
-/** A new random 32-hex identifier (128 bits). */
+// Random bytes are drawn 4 KiB at a time: one randomBytes(16) call per id was
+// 2.7 us and 15% of applying a 100k-item list upload (a profile of moat serve).
+const POOL_SIZE = 4096;
+let pool = Buffer.alloc(0);
+let offset = POOL_SIZE;
+
+/** A new random 32-hex identifier (128 bits from the CSPRNG). */
 export function newId(): string {
-  return randomBytes(16).toString('hex');
+  if (offset + 16 > pool.length) {
+    pool = randomBytes(POOL_SIZE);
+    offset = 0;
+  }
+  const id = pool.toString('hex', offset, offset + 16);
+  offset += 16;
+  return id;
 }
 
 const HEX32 = /^[0-9a-f]{32}$/;
