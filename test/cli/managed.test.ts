@@ -74,7 +74,9 @@ describe('moat managed', () => {
     const frame = (src: string, port: number) => buildFrame({ ip: { version: 4, src, dst: '198.51.100.1', ttl: 64 }, l4: { kind: 'tcp', srcPort: 40000, dstPort: port, flags: TCP.SYN } });
     const pcap = file('t.pcap', '');
     writeFileSync(pcap, buildPcap([frame('203.0.113.1', 23), frame('203.0.113.1', 21), frame('203.0.113.1', 69), frame('192.0.2.7', 23), frame('203.0.113.1', 80)].map((data) => ({ data }))));
-    const run = await moat('replay', pcap, '--rules', join(dir, 'entry.json'), '--managed', file('managed.json', managed), '--verdicts', join(dir, 'v.jsonl'), '--json');
+    const shown = await moat('managed', 'show', '--data-dir', data, '--id', managed!.id);
+    expect(JSON.parse(shown.stdout)).toEqual(managed);
+    const run = await moat('replay', pcap, '--rules', join(dir, 'entry.json'), '--managed', file('managed.json', shown.stdout), '--verdicts', join(dir, 'v.jsonl'), '--json');
     expect(run.code, run.stderr).toBe(0);
     const verdicts = readFileSync(join(dir, 'v.jsonl'), 'utf8').trim().split('\n').map((l) => JSON.parse(l) as { verdict: string; rule?: string | null; logged?: string[] });
     expect(verdicts.map((v) => v.verdict)).toEqual([

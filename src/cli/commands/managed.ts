@@ -11,7 +11,7 @@ import { Database } from '../../store/index.js';
 import { CliError, type Output } from '../output.js';
 import { DEFAULT_DATA_DIR } from './serve.js';
 
-/** Registers `moat managed import|delete|list`. */
+/** Registers `moat managed import|delete|show|list`. */
 export function registerManaged(program: Command, out: Output): void {
   const managed = program.command('managed').description("operator commands for managed rulesets (deployed by customers with execute rules)");
   managed
@@ -49,6 +49,21 @@ export function registerManaged(program: Command, out: Output): void {
       try {
         new RulesetService(store, DEFAULT_API_LIMITS).deleteManaged(flags.id);
         out.stdout(`deleted managed ruleset ${flags.id}`);
+      } finally {
+        store.close();
+      }
+    });
+  managed
+    .command('show')
+    .description('print a managed ruleset with its expressions (the file `moat replay --managed` and the daemon\'s rules.managed read)')
+    .option('--data-dir <dir>', 'directory of the database', DEFAULT_DATA_DIR)
+    .requiredOption('--id <id>', 'the managed ruleset id (see moat managed list)')
+    .action((flags: { dataDir: string; id: string }) => {
+      const store = Database.open(flags.dataDir);
+      try {
+        const found = new RulesetService(store, DEFAULT_API_LIMITS).listManaged().find((r) => r.id === flags.id);
+        if (found === undefined) throw new CliError(`no managed ruleset ${flags.id} (see moat managed list)`);
+        out.stdout(JSON.stringify(found, null, 2));
       } finally {
         store.close();
       }
