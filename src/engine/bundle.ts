@@ -49,8 +49,6 @@ export class BundleError extends Error {
 /** Result of an evaluation when no rule blocked. */
 export const VERDICT_PASS = -1;
 
-// Rules per generated function: keeps each function small enough for V8 to optimise.
-const RULES_PER_FUNCTION = 24;
 // Return codes of a generated chunk besides a blocking rule's index.
 const CONTINUE = -1;
 const SKIP_LEVEL = -2;
@@ -79,7 +77,10 @@ export class Evaluator {
 
   constructor(
     readonly rules: readonly CompiledRule[],
-    private readonly levels: ReadonlyArray<readonly Chunk[]>,
+    /** The whole bundle: one generated function, or a driver over chunks (see compileBundle). */
+    private readonly run: Chunk,
+    /** Number of generated functions the rules were compiled into (1 unless over MAX_FUNCTION_SOURCE). */
+    readonly functions: number,
     counters: { packets: Float64Array; bytes: Float64Array; logged: Int32Array; loggedCount: Int32Array },
     bytesRead: Iterable<string> = [],
   ) {
@@ -103,18 +104,7 @@ export class Evaluator {
    * Returns the index in `rules` of the rule that blocked it, or VERDICT_PASS.
    */
   evaluate(ctx: ExecutionContext, len: number): number {
-    this.loggedCountBox[0] = 0;
-    const levels = this.levels;
-    for (let l = 0; l < levels.length; l++) {
-      const chunks = levels[l]!;
-      for (let i = 0; i < chunks.length; i++) {
-        const r = chunks[i]!(ctx, len);
-        if (r === CONTINUE) continue;
-        if (r === SKIP_LEVEL) break;
-        return r;
-      }
-    }
-    return VERDICT_PASS;
+    return this.run(ctx, len);
   }
 
   /** Sets every counter to zero. */
@@ -127,7 +117,7 @@ export class Evaluator {
 const NO_LISTS: ListProvider = { has: () => false, get: () => undefined };
 
 /** Compiles a bundle; throws BundleError listing every bad rule, so nothing half-compiled is ever used. */
-export function compileBundle(input: BundleInput): Evaluator {
+export function compileBundle(input: BundleInput, codegen: { maxFunctionSource?: number } = {}): Evaluator {
   const limits = { ...DEFAULT_LIMITS, ...(input.limits ?? {}) };
   const lists: ListProvider = input.lists ?? NO_LISTS;
   const errors: MoatError[] = [];
@@ -168,15 +158,25 @@ export function compileBundle(input: BundleInput): Evaluator {
     logged: new Int32Array(Math.max(1, rules.filter((r) => r.rule.action === 'log').length)),
     loggedCount: new Int32Array(1),
   };
-  const bytesRead = new Set<string>();
-  const chunks = levels.map(({ start, end }) => {
-    const out: Chunk[] = [];
-    for (let a = start; a < end; a += RULES_PER_FUNCTION) {
-      out.push(generateChunk(rules, trees, a, Math.min(end, a + RULES_PER_FUNCTION), lists, counters, bytesRead));
+  const run = generateBundle(rules, trees, levels, lists, counters, codegen.maxFunctionSource ?? MAX_FUNCTION_SOURCE);
+  return new Evaluator(Object.freeze(rules), run.run, run.functions, counters, run.bytesRead);
+}
+
+// Runs a large bundle's chunks in order: a chunk's SKIP_LEVEL ends its level.
+function chunkDriver(levels: ReadonlyArray<readonly Chunk[]>, loggedCount: Int32Array): Chunk {
+  return (ctx, len) => {
+    loggedCount[0] = 0;
+    for (let l = 0; l < levels.length; l++) {
+      const chunks = levels[l]!;
+      for (let i = 0; i < chunks.length; i++) {
+        const r = chunks[i]!(ctx, len);
+        if (r === CONTINUE) continue;
+        if (r === SKIP_LEVEL) break;
+        return r;
+      }
     }
-    return out;
-  });
-  return new Evaluator(Object.freeze(rules), chunks, counters, bytesRead);
+    return VERDICT_PASS;
+  };
 }
 
 function locate(e: MoatError, where: string, pointer: string): MoatError {
@@ -204,30 +204,88 @@ function hoistFieldLoads(body: string): string {
   return decls.length === 0 ? out : `const ${decls.join(', ')};\n${out}`;
 }
 
-// Generates one function for rules [a, b) of a level. Rule indexes and counter
-// offsets are numbers; the expressions come from generate() (numbers only too).
-function generateChunk(
-  rules: readonly CompiledRule[],
-  trees: ReadonlyArray<ReturnType<typeof check>['tree']>,
-  a: number,
-  b: number,
-  lists: ListProvider,
-  counters: { packets: Float64Array; bytes: Float64Array; logged: Int32Array; loggedCount: Int32Array },
-  bytesRead: Set<string>,
-): Chunk {
-  const pool = new ConstantPool();
-  const lines: string[] = [];
-  for (let i = a; i < b; i++) {
-    const r = rules[i]!;
-    if (!r.rule.enabled) continue;
-    const cond = generate(trees[i]!, pool, lists);
-    const count = `P[${i}]++; Y[${i}] += len;`;
-    if (r.rule.action === 'block') lines.push(`if (${cond}) { ${count} return ${i}; }`);
-    else if (r.rule.action === 'skip') lines.push(`if (${cond}) { ${count} return ${SKIP_LEVEL}; }`);
-    else lines.push(`if (${cond}) { ${count} LG[LN[0]++] = ${i}; }`);
-  }
-  for (const f of pool.bytesRead) bytesRead.add(f);
-  const source = `return function rules${a}to${b - 1}(c, len) {\n${CODEGEN_LOCALS}\n${hoistFieldLoads(lines.join('\n'))}\nreturn ${CONTINUE};\n};`;
+type Counters = { packets: Float64Array; bytes: Float64Array; logged: Int32Array; loggedCount: Int32Array };
+
+/**
+ * Largest generated body (characters) compiled as one function. V8 optimises
+ * no function over 60 KB of bytecode (--max-optimized-bytecode-size), and a
+ * function it does not optimise runs ~25x slower: measured on the pipeline
+ * benchmark's 50 rules repeated, one function of 400 rules (43,500 characters)
+ * was optimised, one of 600 (65,300) never was (25 us per packet for 1,000 rules).
+ * Generated rules take under 1 byte of bytecode per character; this bound keeps
+ * a margin.
+ */
+export const MAX_FUNCTION_SOURCE = 30_000;
+
+// The code of one rule: a match counts, then a block returns the rule's
+// index, a log records it and goes on, a skip runs `skip`. Rule indexes and
+// counter offsets are numbers; `cond` comes from generate() (numbers only too).
+function ruleLine(rule: Rule, i: number, cond: string, skip: string): string {
+  const count = `P[${i}]++; Y[${i}] += len;`;
+  if (rule.action === 'block') return `if (${cond}) { ${count} return ${i}; }`;
+  if (rule.action === 'skip') return `if (${cond}) { ${count} ${skip} }`;
+  return `if (${cond}) { ${count} LG[LN[0]++] = ${i}; }`;
+}
+
+function compileFunction(name: string, prologue: string, body: string, end: number, pool: ConstantPool, counters: Counters): Chunk {
+  const source = `return function ${name}(c, len) {\n${prologue}${CODEGEN_LOCALS}\n${hoistFieldLoads(body)}\nreturn ${end};\n};`;
   const make = new Function('K', 'P', 'Y', 'LG', 'LN', source);
   return make(pool.values, counters.packets, counters.bytes, counters.logged, counters.loggedCount) as Chunk;
+}
+
+/**
+ * The bundle's code. When its rules fit in MAX_FUNCTION_SOURCE, one function:
+ * each level a labelled block that a skip breaks out of. Measured against
+ * chunks of 24 rules and a driver loop, evaluating the pipeline benchmark's
+ * 50 rules on 512 preloaded contexts, alternating A/B: 111 -> 85 ns per
+ * packet; the whole packet path (16 passes), 459 -> 422 ns. Larger bundles: functions of
+ * consecutive rules of one level up to that size each (fewer calls than a
+ * fixed count: 400 rules in chunks of 24 cost 794 ns, in one function 430),
+ * run in order by a driver.
+ */
+function generateBundle(
+  rules: readonly CompiledRule[],
+  trees: ReadonlyArray<ReturnType<typeof check>['tree']>,
+  levels: ReadonlyArray<{ start: number; end: number }>,
+  lists: ListProvider,
+  counters: Counters,
+  max: number,
+): { run: Chunk; functions: number; bytesRead: Set<string> } {
+  // One pool for every function: each reads the constants it needs by index.
+  const pool = new ConstantPool();
+  const conds = rules.map((r, i) => (r.rule.enabled ? generate(trees[i]!, pool, lists) : null));
+  const bytesRead = pool.bytesRead;
+  let total = 0;
+  for (let i = 0; i < rules.length; i++) if (conds[i] !== null) total += ruleLine(rules[i]!.rule, i, conds[i]!, '').length + 16;
+  if (total <= max) {
+    const lines: string[] = [];
+    levels.forEach(({ start, end }, l) => {
+      lines.push(`L${l}: {`);
+      for (let i = start; i < end; i++) if (conds[i] !== null) lines.push(ruleLine(rules[i]!.rule, i, conds[i]!, `break L${l};`));
+      lines.push('}');
+    });
+    return { run: compileFunction('bundle', 'LN[0] = 0;\n', lines.join('\n'), VERDICT_PASS, pool, counters), functions: 1, bytesRead };
+  }
+  const chunks = levels.map(({ start, end }) => {
+    const out: Chunk[] = [];
+    let lines: string[] = [];
+    let size = 0;
+    let first = start;
+    const flush = (last: number) => {
+      if (lines.length > 0) out.push(compileFunction(`rules${first}to${last}`, '', lines.join('\n'), CONTINUE, pool, counters));
+      lines = [];
+      size = 0;
+      first = last + 1;
+    };
+    for (let i = start; i < end; i++) {
+      if (conds[i] === null) continue;
+      const line = ruleLine(rules[i]!.rule, i, conds[i]!, `return ${SKIP_LEVEL};`);
+      if (size + line.length > max) flush(i - 1);
+      lines.push(line);
+      size += line.length + 16;
+    }
+    flush(end - 1);
+    return out;
+  });
+  return { run: chunkDriver(chunks, counters.loggedCount), functions: chunks.reduce((n, c) => n + c.length, 0), bytesRead };
 }
