@@ -8,7 +8,21 @@ import { REC_ASN, REC_COUNTRY, REC_HAS_ASN, REC_LISTS, type AddressTable } from 
 import {
   clearDecoded, decode, FIELD_SLOTS as F, PacketInfo, ST_FRAGMENT, ST_IP, ST_MALFORMED, ST_TRUNCATED, TRANSIT_SCHEME,
 } from '../packet/index.js';
+import { checkCopies } from '../packet/literal.js';
 import { VERDICT_PASS, type Evaluator } from './bundle.js';
+
+// Literal copies of the slots process() uses (see packet/literal.ts: V8 folds these, not imported bindings).
+const IP_DST = 1;
+const IP_DST_ASNUM = 5;
+const IP_DST_COUNTRY = 2;
+const IP_DST_COUNTRY_KEY = 17;
+const IP_DST_LISTS = 14;
+const IP_SRC = 0;
+const IP_SRC_ASNUM = 4;
+const IP_SRC_COUNTRY = 1;
+const IP_SRC_COUNTRY_KEY = 16;
+const IP_SRC_LISTS = 13;
+checkCopies('engine/packet-path', F, { IP_DST, IP_DST_ASNUM, IP_DST_COUNTRY, IP_DST_COUNTRY_KEY, IP_DST_LISTS, IP_SRC, IP_SRC_ASNUM, IP_SRC_COUNTRY, IP_SRC_COUNTRY_KEY, IP_SRC_LISTS });
 
 /** What to do with a frame whose IP header cannot be read (no addresses). */
 export type UndecodablePolicy = 'pass' | 'drop';
@@ -76,7 +90,7 @@ export class PathCounters {
 /** A ListProvider over an AddressTable: membership is precomputed per packet into hidden bit fields. */
 export function tableLists(table: AddressTable): ListProvider {
   const slotFor = (field: string): number | undefined =>
-    field === 'ip.src' ? F.IP_SRC_LISTS : field === 'ip.dst' ? F.IP_DST_LISTS : undefined;
+    field === 'ip.src' ? IP_SRC_LISTS : field === 'ip.dst' ? IP_DST_LISTS : undefined;
   return {
     has: (name) => table.hasList(name),
     get: (name) => {
@@ -160,18 +174,18 @@ export class PacketPath {
   private clearEnriched(): void {
     const ctx = this.ctx;
     if (this.srcCountryBytes || this.dstCountryBytes) {
-      ctx.bytesBuf[F.IP_SRC_COUNTRY] = null;
-      ctx.bytesBuf[F.IP_DST_COUNTRY] = null;
-      ctx.bytesText[F.IP_SRC_COUNTRY] = null;
-      ctx.bytesText[F.IP_DST_COUNTRY] = null;
+      ctx.bytesBuf[IP_SRC_COUNTRY] = null;
+      ctx.bytesBuf[IP_DST_COUNTRY] = null;
+      ctx.bytesText[IP_SRC_COUNTRY] = null;
+      ctx.bytesText[IP_DST_COUNTRY] = null;
     }
     const ints = ctx.ints;
-    ints[F.IP_SRC_COUNTRY_KEY] = NaN;
-    ints[F.IP_DST_COUNTRY_KEY] = NaN;
-    ints[F.IP_SRC_ASNUM] = NaN;
-    ints[F.IP_DST_ASNUM] = NaN;
-    ints[F.IP_SRC_LISTS] = NaN;
-    ints[F.IP_DST_LISTS] = NaN;
+    ints[IP_SRC_COUNTRY_KEY] = NaN;
+    ints[IP_DST_COUNTRY_KEY] = NaN;
+    ints[IP_SRC_ASNUM] = NaN;
+    ints[IP_DST_ASNUM] = NaN;
+    ints[IP_SRC_LISTS] = NaN;
+    ints[IP_DST_LISTS] = NaN;
     this.enriched = false;
   }
 
@@ -189,7 +203,7 @@ export class PacketPath {
     decode(buf, off, caplen, linkType, ctx, info, this.evaluator.plan);
     this.lastRule = VERDICT_PASS;
     const st = info.status;
-    if ((st & ST_IP) === 0 || ctx.ipFamily[F.IP_SRC] === 0) {
+    if ((st & ST_IP) === 0 || ctx.ipFamily[IP_SRC] === 0) {
       if (this.enriched) this.clearEnriched();
       if ((st & ST_IP) === 0 && info.etherType !== 0) {
         c[C_NOT_IP]++;
@@ -201,19 +215,19 @@ export class PacketPath {
     }
     if ((st & (ST_TRUNCATED | ST_MALFORMED)) !== 0) c[C_DAMAGED]++;
     if ((st & ST_FRAGMENT) !== 0) c[C_FRAGMENTS]++;
-    if (this.lookupSrc && this.lookupDst && ctx.ipFamily[F.IP_SRC] === 4 && ctx.ipFamily[F.IP_DST] === 4) {
+    if (this.lookupSrc && this.lookupDst && ctx.ipFamily[IP_SRC] === 4 && ctx.ipFamily[IP_DST] === 4) {
       // Both IPv4 addresses at once: their cache misses overlap (see AddressTable.lookup4Pair).
       // The two fill() calls overwrite every enriched field: nothing to clear first.
       const t = this.table!;
       const r = this.records;
-      t.lookup4Pair(ctx.ip4[F.IP_SRC]!, ctx.ip4[F.IP_DST]!, r, 0);
-      this.fill(t.rec4, r[0]! * 4, F.IP_SRC_COUNTRY, F.IP_SRC_ASNUM, F.IP_SRC_LISTS);
-      this.fill(t.rec4, r[1]! * 4, F.IP_DST_COUNTRY, F.IP_DST_ASNUM, F.IP_DST_LISTS);
+      t.lookup4Pair(ctx.ip4[IP_SRC]!, ctx.ip4[IP_DST]!, r, 0);
+      this.fill(t.rec4, r[0]! * 4, IP_SRC_COUNTRY, IP_SRC_ASNUM, IP_SRC_LISTS);
+      this.fill(t.rec4, r[1]! * 4, IP_DST_COUNTRY, IP_DST_ASNUM, IP_DST_LISTS);
     } else {
       // An address without a lookup (absent, or one side not looked up) writes nothing: start from absent.
       if (this.enriched) this.clearEnriched();
-      if (this.lookupSrc) this.enrich(F.IP_SRC, F.IP_SRC_COUNTRY, F.IP_SRC_ASNUM, F.IP_SRC_LISTS);
-      if (this.lookupDst) this.enrich(F.IP_DST, F.IP_DST_COUNTRY, F.IP_DST_ASNUM, F.IP_DST_LISTS);
+      if (this.lookupSrc) this.enrich(IP_SRC, IP_SRC_COUNTRY, IP_SRC_ASNUM, IP_SRC_LISTS);
+      if (this.lookupDst) this.enrich(IP_DST, IP_DST_COUNTRY, IP_DST_ASNUM, IP_DST_LISTS);
     }
     this.enriched = this.lookupSrc || this.lookupDst;
     const r = this.evaluator.evaluate(ctx, origLen);
@@ -272,8 +286,8 @@ export class PacketPath {
     ints[listsSlot] = rec[r + REC_LISTS]! >>> 0;
     ints[asnSlot] = rec[r + REC_HAS_ASN] === 1 ? rec[r + REC_ASN]! >>> 0 : NaN;
     const country = rec[r + REC_COUNTRY]!;
-    const src = countrySlot === F.IP_SRC_COUNTRY;
-    ints[src ? F.IP_SRC_COUNTRY_KEY : F.IP_DST_COUNTRY_KEY] = country >= 0 ? this.countryKeys[country]! : NaN;
+    const src = countrySlot === IP_SRC_COUNTRY;
+    ints[src ? IP_SRC_COUNTRY_KEY : IP_DST_COUNTRY_KEY] = country >= 0 ? this.countryKeys[country]! : NaN;
     if (src ? this.srcCountryBytes : this.dstCountryBytes) {
       const ctx = this.ctx;
       if (country >= 0) {

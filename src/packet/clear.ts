@@ -4,13 +4,49 @@
 // ~45 stores; a TCP packet needs about 20.
 
 import type { ExecutionContext } from '../expr/index.js';
-import { PROTO_ICMP, PROTO_ICMPV6, PROTO_TCP, PROTO_UDP } from './constants.js';
-import {
-  ICMP_CODE, ICMP_TYPE, IP_DST, IP_HDR_LEN, IP_LEN, IP_OPT_TYPE, IP_PROTO, IP_PROTO_NUMBER, IP_SRC, IP_TTL, RAW_ICMP, RAW_IP, RAW_TCP, RAW_UDP, SIP,
-  TCP_DSTPORT, TCP_FLAG_ACK, TCP_FLAG_CWR, TCP_FLAG_ECE, TCP_FLAG_FIN, TCP_FLAG_PSH, TCP_FLAG_RST, TCP_FLAG_SYN, TCP_FLAG_URG,
-  TCP_FLAGS, TCP_SRCPORT, UDP_DSTPORT, UDP_SRCPORT,
-} from './slots.js';
-import { ST_IP, type PacketInfo } from './view.js';
+import * as CONSTANTS from './constants.js';
+import * as SLOTS from './slots.js';
+import type { PacketInfo } from './view.js';
+import * as VIEW from './view.js';
+import { checkCopies } from './literal.js';
+
+// Literal copies of slots and constants (see literal.ts: V8 folds these, not imported bindings).
+const PROTO_ICMP = 1;
+const PROTO_ICMPV6 = 58;
+const PROTO_TCP = 6;
+const PROTO_UDP = 17;
+const ICMP_CODE = 12;
+const ICMP_TYPE = 11;
+const IP_DST = 1;
+const IP_HDR_LEN = 1;
+const IP_LEN = 0;
+const IP_OPT_TYPE = 3;
+const IP_PROTO = 0;
+const IP_PROTO_NUMBER = 15;
+const IP_SRC = 0;
+const IP_TTL = 2;
+const RAW_ICMP = 6;
+const RAW_IP = 3;
+const RAW_TCP = 4;
+const RAW_UDP = 5;
+const SIP = 8;
+const TCP_DSTPORT = 7;
+const TCP_FLAG_ACK = 4;
+const TCP_FLAG_CWR = 7;
+const TCP_FLAG_ECE = 6;
+const TCP_FLAG_FIN = 0;
+const TCP_FLAG_PSH = 3;
+const TCP_FLAG_RST = 2;
+const TCP_FLAG_SYN = 1;
+const TCP_FLAG_URG = 5;
+const TCP_FLAGS = 8;
+const TCP_SRCPORT = 6;
+const UDP_DSTPORT = 10;
+const UDP_SRCPORT = 9;
+const ST_IP = 1;
+checkCopies('packet/clear', CONSTANTS, { PROTO_ICMP, PROTO_ICMPV6, PROTO_TCP, PROTO_UDP });
+checkCopies('packet/clear', SLOTS, { ICMP_CODE, ICMP_TYPE, IP_DST, IP_HDR_LEN, IP_LEN, IP_OPT_TYPE, IP_PROTO, IP_PROTO_NUMBER, IP_SRC, IP_TTL, RAW_ICMP, RAW_IP, RAW_TCP, RAW_UDP, SIP, TCP_DSTPORT, TCP_FLAG_ACK, TCP_FLAG_CWR, TCP_FLAG_ECE, TCP_FLAG_FIN, TCP_FLAG_PSH, TCP_FLAG_RST, TCP_FLAG_SYN, TCP_FLAG_URG, TCP_FLAGS, TCP_SRCPORT, UDP_DSTPORT, UDP_SRCPORT });
+checkCopies('packet/clear', VIEW, { ST_IP });
 
 /**
  * Marks absent every field decode() may have written for the packet `info`

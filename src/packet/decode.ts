@@ -3,12 +3,24 @@
 // (reset first) and a PacketInfo, allocating nothing and throwing nothing.
 
 import type { ExecutionContext } from '../expr/index.js';
-import {
-  ETHERTYPE_IPV4, ETHERTYPE_IPV6, ETHERTYPE_QINQ, ETHERTYPE_QINQ_OLD, ETHERTYPE_VLAN, LINKTYPE,
-} from './constants.js';
+import { LINKTYPE } from './constants.js';
+import * as CONSTANTS from './constants.js';
 import { decodeIpv4, decodeIpv6 } from './ip.js';
 import type { DecodePlan } from './plan.js';
-import { ST_TRUNCATED, ST_UNSUPPORTED_LINK, type PacketInfo } from './view.js';
+import type { PacketInfo } from './view.js';
+import * as VIEW from './view.js';
+import { checkCopies } from './literal.js';
+
+// Literal copies of slots and constants (see literal.ts: V8 folds these, not imported bindings).
+const ETHERTYPE_IPV4 = 2048;
+const ETHERTYPE_IPV6 = 34525;
+const ETHERTYPE_QINQ = 34984;
+const ETHERTYPE_QINQ_OLD = 37120;
+const ETHERTYPE_VLAN = 33024;
+const ST_TRUNCATED = 2;
+const ST_UNSUPPORTED_LINK = 16;
+checkCopies('packet/decode', CONSTANTS, { ETHERTYPE_IPV4, ETHERTYPE_IPV6, ETHERTYPE_QINQ, ETHERTYPE_QINQ_OLD, ETHERTYPE_VLAN });
+checkCopies('packet/decode', VIEW, { ST_TRUNCATED, ST_UNSUPPORTED_LINK });
 
 /** The link types `decode` accepts. */
 export const SUPPORTED_LINKTYPES: readonly number[] = Object.values(LINKTYPE);

@@ -4,16 +4,40 @@
 // leaves the fields it could not read absent and sets ST_TRUNCATED.
 
 import type { ExecutionContext } from '../expr/index.js';
-import {
-  PROTO_AH, PROTO_DSTOPTS, PROTO_FRAGMENT, PROTO_HOPOPT, PROTO_ICMP, PROTO_ICMPV6, PROTO_ROUTING, PROTO_TCP, PROTO_UDP,
-} from './constants.js';
+import * as CONSTANTS from './constants.js';
 import { setProto } from './proto-names.js';
 import type { DecodePlan } from './plan.js';
-import {
-  IP_DST, IP_HDR_LEN, IP_LEN, IP_OPT_TYPE, IP_PROTO_NUMBER, IP_SRC, IP_TTL, RAW_IP,
-} from './slots.js';
+import * as SLOTS from './slots.js';
 import { decodeIcmp, decodeTcp, decodeUdp } from './transport.js';
-import { ST_FRAGMENT, ST_IP, ST_MALFORMED, ST_TRUNCATED, type PacketInfo } from './view.js';
+import type { PacketInfo } from './view.js';
+import * as VIEW from './view.js';
+import { checkCopies } from './literal.js';
+
+// Literal copies of slots and constants (see literal.ts: V8 folds these, not imported bindings).
+const PROTO_AH = 51;
+const PROTO_DSTOPTS = 60;
+const PROTO_FRAGMENT = 44;
+const PROTO_HOPOPT = 0;
+const PROTO_ICMP = 1;
+const PROTO_ICMPV6 = 58;
+const PROTO_ROUTING = 43;
+const PROTO_TCP = 6;
+const PROTO_UDP = 17;
+const IP_DST = 1;
+const IP_HDR_LEN = 1;
+const IP_LEN = 0;
+const IP_OPT_TYPE = 3;
+const IP_PROTO_NUMBER = 15;
+const IP_SRC = 0;
+const IP_TTL = 2;
+const RAW_IP = 3;
+const ST_FRAGMENT = 8;
+const ST_IP = 1;
+const ST_MALFORMED = 4;
+const ST_TRUNCATED = 2;
+checkCopies('packet/ip', CONSTANTS, { PROTO_AH, PROTO_DSTOPTS, PROTO_FRAGMENT, PROTO_HOPOPT, PROTO_ICMP, PROTO_ICMPV6, PROTO_ROUTING, PROTO_TCP, PROTO_UDP });
+checkCopies('packet/ip', SLOTS, { IP_DST, IP_HDR_LEN, IP_LEN, IP_OPT_TYPE, IP_PROTO_NUMBER, IP_SRC, IP_TTL, RAW_IP });
+checkCopies('packet/ip', VIEW, { ST_FRAGMENT, ST_IP, ST_MALFORMED, ST_TRUNCATED });
 
 /** Most extension headers followed before giving up (a chain longer than this is malformed). */
 const MAX_EXT_HEADERS = 16;

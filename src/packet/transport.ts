@@ -5,10 +5,35 @@
 import type { ExecutionContext } from '../expr/index.js';
 import type { DecodePlan } from './plan.js';
 import { isSip } from './sip.js';
-import {
-  ICMP_CODE, ICMP_TYPE, RAW_ICMP, RAW_TCP, RAW_UDP, SIP, TCP_DSTPORT, TCP_FLAGS, TCP_FLAG_ACK, TCP_FLAG_CWR, TCP_FLAG_ECE, TCP_FLAG_FIN, TCP_FLAG_PSH, TCP_FLAG_RST, TCP_FLAG_SYN, TCP_FLAG_URG, TCP_SRCPORT, UDP_DSTPORT, UDP_SRCPORT,
-} from './slots.js';
-import { ST_MALFORMED, ST_TRUNCATED, type PacketInfo } from './view.js';
+import * as SLOTS from './slots.js';
+import type { PacketInfo } from './view.js';
+import * as VIEW from './view.js';
+import { checkCopies } from './literal.js';
+
+// Literal copies of slots and constants (see literal.ts: V8 folds these, not imported bindings).
+const ICMP_CODE = 12;
+const ICMP_TYPE = 11;
+const RAW_ICMP = 6;
+const RAW_TCP = 4;
+const RAW_UDP = 5;
+const SIP = 8;
+const TCP_DSTPORT = 7;
+const TCP_FLAGS = 8;
+const TCP_FLAG_ACK = 4;
+const TCP_FLAG_CWR = 7;
+const TCP_FLAG_ECE = 6;
+const TCP_FLAG_FIN = 0;
+const TCP_FLAG_PSH = 3;
+const TCP_FLAG_RST = 2;
+const TCP_FLAG_SYN = 1;
+const TCP_FLAG_URG = 5;
+const TCP_SRCPORT = 6;
+const UDP_DSTPORT = 10;
+const UDP_SRCPORT = 9;
+const ST_MALFORMED = 4;
+const ST_TRUNCATED = 2;
+checkCopies('packet/transport', SLOTS, { ICMP_CODE, ICMP_TYPE, RAW_ICMP, RAW_TCP, RAW_UDP, SIP, TCP_DSTPORT, TCP_FLAGS, TCP_FLAG_ACK, TCP_FLAG_CWR, TCP_FLAG_ECE, TCP_FLAG_FIN, TCP_FLAG_PSH, TCP_FLAG_RST, TCP_FLAG_SYN, TCP_FLAG_URG, TCP_SRCPORT, UDP_DSTPORT, UDP_SRCPORT });
+checkCopies('packet/transport', VIEW, { ST_MALFORMED, ST_TRUNCATED });
 
 /** Decodes a TCP header at `off` (datagram ends at `end`). */
 export function decodeTcp(buf: Uint8Array, off: number, end: number, ctx: ExecutionContext, info: PacketInfo, plan: DecodePlan): void {
