@@ -9,6 +9,7 @@ import { registerLists } from './commands/lists.js';
 import { registerServe } from './commands/serve.js';
 import { registerUsers } from './commands/users.js';
 import { registerManaged } from './commands/managed.js';
+import { registerExport } from './commands/export.js';
 import { MoatError } from '../errors/index.js';
 import { CliError, type Output } from './output.js';
 
@@ -30,6 +31,7 @@ export async function runCli(argv: readonly string[], out: Output): Promise<numb
   registerServe(program, out);
   registerUsers(program, out);
   registerManaged(program, out);
+  registerExport(program, out);
   try {
     await program.parseAsync([...argv], { from: 'user' });
     return out.exitCode;

@@ -1,0 +1,68 @@
+// What a daemon runs for an account (and optionally one of its zones): the
+// latest network_transit entrypoints, the managed rulesets their execute rules
+// deploy (with expressions), and the contents of every list they name. One
+// consistent read of the database; the shape `moat replay` and `moat daemon`
+// read from files, and what the ruleset channel will push.
+
+import { MoatError } from '../errors/index.js';
+import { checkExpression, MANAGED_LISTS } from '../expr/index.js';
+import { TRANSIT_SCHEME } from '../packet/index.js';
+import { ListStore, RulesetStore, type Database } from '../store/index.js';
+import { DEFAULT_API_LIMITS } from './limits.js';
+import { RulesetService, type RulesetView } from './rulesets-service.js';
+
+/** A deployable bundle. */
+export interface DeployedBundle {
+  /** The account's network_transit entrypoint (absent when it has none). */
+  account?: RulesetView | undefined;
+  /** The zone's network_transit entrypoint, when a zone was asked for and has one. */
+  zone?: RulesetView | undefined;
+  /** Managed rulesets executed by the entrypoints, at the versions they deploy (operator view, with expressions). */
+  managed: RulesetView[];
+  /** List contents by canonical name (`office_blocklist`, `svc.malware`): addresses, CIDRs and `a..b` ranges. */
+  lists: Record<string, string[]>;
+}
+
+/** Canonical names of the lists an expression reads (the checker's answer, not a text search). */
+function listsOf(expression: string): readonly string[] {
+  return checkExpression(expression, { scheme: TRANSIT_SCHEME, limits: { maxLength: Number.MAX_SAFE_INTEGER } }).lists;
+}
+
+/** Reads the bundle of an account (and zone) in one read transaction. */
+export function deployedBundle(store: Database, accountId: string, zoneId?: string): DeployedBundle {
+  const rulesets = new RulesetStore(store);
+  const lists = new ListStore(store);
+  const service = new RulesetService(store, DEFAULT_API_LIMITS);
+  return store.read(() => {
+    if (zoneId !== undefined) {
+      const z = store.db.prepare('SELECT account_id FROM zones WHERE id = ?').get(zoneId) as { account_id: string } | undefined;
+      if (z === undefined || z.account_id !== accountId) throw new MoatError('USER_BAD_INPUT', `zone ${zoneId} is not a zone of account ${accountId}`);
+    }
+    const entry = (zone: string | null) => {
+      const row = rulesets.entrypoint({ accountId, zoneId: zone }, 'network_transit');
+      return row === undefined ? undefined : service.view(row, row.latest_version, true, true);
+    };
+    const account = entry(null);
+    const zone = zoneId === undefined ? undefined : entry(zoneId);
+    const managed: RulesetView[] = [];
+    const names = new Set<string>();
+    for (const rs of [account, zone]) {
+      for (const r of rs?.rules ?? []) {
+        for (const n of listsOf(r.expression)) names.add(n);
+        if (r.action !== 'execute' || r.enabled === false) continue;
+        const id = r.action_parameters?.['id'] as string;
+        const pinned = r.action_parameters?.['version'];
+        const row = rulesets.get(id);
+        if (row === undefined) continue;
+        const v = typeof pinned === 'string' && /^\d+$/.test(pinned) ? Number(pinned) : row.latest_version;
+        if (!managed.some((x) => x.id === id)) managed.push(service.view(row, v, true, true));
+      }
+    }
+    for (const m of managed) for (const r of m.rules ?? []) for (const n of listsOf(r.expression)) names.add(n);
+    const out: Record<string, string[]> = {};
+    for (const name of [...names].sort()) {
+      out[name] = MANAGED_LISTS.includes(name) ? lists.managedEntries(name) : lists.entries(accountId, name);
+    }
+    return { account, zone, managed, lists: out };
+  });
+}
