@@ -4,10 +4,12 @@
 // is preallocated; process() allocates nothing and never throws on bad frames.
 
 import { shortBytesKey, type ExecutionContext, type ListProvider } from '../expr/index.js';
-import { REC_ASN, REC_COUNTRY, REC_HAS_ASN, REC_LISTS, type AddressTable } from '../net/index.js';
+import * as NET from '../net/index.js';
+import type { AddressTable } from '../net/index.js';
 import {
-  clearDecoded, decode, FIELD_SLOTS as F, PacketInfo, ST_FRAGMENT, ST_IP, ST_MALFORMED, ST_TRUNCATED, TRANSIT_SCHEME,
+  clearDecoded, decode, FIELD_SLOTS as F, PacketInfo, TRANSIT_SCHEME,
 } from '../packet/index.js';
+import * as PACKET from '../packet/index.js';
 import { checkCopies } from '../packet/literal.js';
 import { VERDICT_PASS, type Evaluator } from './bundle.js';
 
@@ -23,6 +25,17 @@ const IP_SRC_COUNTRY = 1;
 const IP_SRC_COUNTRY_KEY = 16;
 const IP_SRC_LISTS = 13;
 checkCopies('engine/packet-path', F, { IP_DST, IP_DST_ASNUM, IP_DST_COUNTRY, IP_DST_COUNTRY_KEY, IP_DST_LISTS, IP_SRC, IP_SRC_ASNUM, IP_SRC_COUNTRY, IP_SRC_COUNTRY_KEY, IP_SRC_LISTS });
+// The packed record offsets and status bits too (measured with the above: see packet/literal.ts).
+const REC_ASN = 2;
+const REC_COUNTRY = 1;
+const REC_HAS_ASN = 3;
+const REC_LISTS = 0;
+checkCopies('engine/packet-path', NET, { REC_ASN, REC_COUNTRY, REC_HAS_ASN, REC_LISTS });
+const ST_FRAGMENT = 8;
+const ST_IP = 1;
+const ST_MALFORMED = 4;
+const ST_TRUNCATED = 2;
+checkCopies('engine/packet-path', PACKET, { ST_FRAGMENT, ST_IP, ST_MALFORMED, ST_TRUNCATED });
 
 /** What to do with a frame whose IP header cannot be read (no addresses). */
 export type UndecodablePolicy = 'pass' | 'drop';

@@ -21,6 +21,18 @@ const ST_TRUNCATED = 2;
 const ST_UNSUPPORTED_LINK = 16;
 checkCopies('packet/decode', CONSTANTS, { ETHERTYPE_IPV4, ETHERTYPE_IPV6, ETHERTYPE_QINQ, ETHERTYPE_QINQ_OLD, ETHERTYPE_VLAN });
 checkCopies('packet/decode', VIEW, { ST_TRUNCATED, ST_UNSUPPORTED_LINK });
+// LINKTYPE values as literals too: the switch below compares literal cases.
+const LT_ETHERNET = 1;
+const LT_IPV4 = 228;
+const LT_IPV6 = 229;
+const LT_LINUX_SLL = 113;
+const LT_LINUX_SLL2 = 276;
+const LT_LOOP = 108;
+const LT_NULL = 0;
+const LT_RAW = 101;
+const LT_RAW_OLD_12 = 12;
+const LT_RAW_OLD_14 = 14;
+checkCopies('packet/decode', Object.fromEntries(Object.entries(LINKTYPE).map(([k, v]) => ['LT_' + k, v])), { LT_ETHERNET, LT_IPV4, LT_IPV6, LT_LINUX_SLL, LT_LINUX_SLL2, LT_LOOP, LT_NULL, LT_RAW, LT_RAW_OLD_12, LT_RAW_OLD_14 });
 
 /** The link types `decode` accepts. */
 export const SUPPORTED_LINKTYPES: readonly number[] = Object.values(LINKTYPE);
@@ -43,7 +55,7 @@ export function decode(
   let p = off;
   let et = 0;
   switch (linkType) {
-    case LINKTYPE.ETHERNET:
+    case LT_ETHERNET:
       if (caplen < 14) {
         info.status |= ST_TRUNCATED;
         return;
@@ -51,7 +63,7 @@ export function decode(
       et = (buf[off + 12]! << 8) | buf[off + 13]!;
       p = off + 14;
       break;
-    case LINKTYPE.LINUX_SLL:
+    case LT_LINUX_SLL:
       if (caplen < 16) {
         info.status |= ST_TRUNCATED;
         return;
@@ -59,7 +71,7 @@ export function decode(
       et = (buf[off + 14]! << 8) | buf[off + 15]!;
       p = off + 16;
       break;
-    case LINKTYPE.LINUX_SLL2:
+    case LT_LINUX_SLL2:
       if (caplen < 20) {
         info.status |= ST_TRUNCATED;
         return;
@@ -67,8 +79,8 @@ export function decode(
       et = (buf[off]! << 8) | buf[off + 1]!;
       p = off + 20;
       break;
-    case LINKTYPE.NULL:
-    case LINKTYPE.LOOP: {
+    case LT_NULL:
+    case LT_LOOP: {
       if (caplen < 4) {
         info.status |= ST_TRUNCATED;
         return;
@@ -76,13 +88,13 @@ export function decode(
       const be = ((buf[off]! << 24) | (buf[off + 1]! << 16) | (buf[off + 2]! << 8) | buf[off + 3]!) >>> 0;
       const le = ((buf[off + 3]! << 24) | (buf[off + 2]! << 16) | (buf[off + 1]! << 8) | buf[off]!) >>> 0;
       // LOOP is network order; NULL is the capturing host's order, which the value itself tells.
-      et = afToEtherType(linkType === LINKTYPE.LOOP || be < 256 ? be : le);
+      et = afToEtherType(linkType === LT_LOOP || be < 256 ? be : le);
       p = off + 4;
       break;
     }
-    case LINKTYPE.RAW:
-    case LINKTYPE.RAW_OLD_12:
-    case LINKTYPE.RAW_OLD_14: {
+    case LT_RAW:
+    case LT_RAW_OLD_12:
+    case LT_RAW_OLD_14: {
       if (caplen < 1) {
         info.status |= ST_TRUNCATED;
         return;
@@ -91,10 +103,10 @@ export function decode(
       et = v === 4 ? ETHERTYPE_IPV4 : v === 6 ? ETHERTYPE_IPV6 : 0;
       break;
     }
-    case LINKTYPE.IPV4:
+    case LT_IPV4:
       et = ETHERTYPE_IPV4;
       break;
-    case LINKTYPE.IPV6:
+    case LT_IPV6:
       et = ETHERTYPE_IPV6;
       break;
     default:
