@@ -141,6 +141,7 @@ function moatPass(capture: string, path: PacketPath, limit = Infinity): { second
   const r = PcapReader.open(capture);
   let n = 0;
   while (n < limit && r.next()) {
+    path.lookAheadFrom(r);
     path.process(r.data, r.offset, r.caplen, r.origLen, r.linkType);
     n++;
   }

@@ -299,6 +299,35 @@ export class PcapReader {
     }
   }
 
+  /**
+   * Where the next packets already buffered are, without advancing: for as
+   * many of the packets the next next() calls will return as fit from index
+   * `at` of the arrays, the start of their bytes in {@link data} into
+   * offsets[at + k] and their captured length into caplens[at + k]; returns
+   * how many (0 for pcapng, at the end, on damage, or when
+   * the next record is not wholly buffered). A look-ahead for callers that
+   * batch work across packets (PacketPath.lookAhead): the bytes are those
+   * next() will return, valid until the next next() call, and the returned
+   * packets share the current link type.
+   */
+  ahead(offsets: Int32Array, caplens: Int32Array, at: number): number {
+    if (this.state !== STATE_OPEN || this.format !== 'pcap') return 0;
+    const b = this.buf;
+    const end = this.end;
+    const limit = Math.min(offsets.length, caplens.length);
+    let p = this.start;
+    let k = at;
+    while (k < limit && end - p >= 16) {
+      const incl = this.le ? le32(b, p + 8) : be32(b, p + 8);
+      if (incl > this.classicLimit || end - p < 16 + incl) break;
+      offsets[k] = p + 16;
+      caplens[k] = incl;
+      k++;
+      p += 16 + incl;
+    }
+    return k - at;
+  }
+
   /** Closes the file. Idempotent; next() returns false afterwards (or rethrows an earlier error). */
   close(): void {
     if (this.state === STATE_OPEN) this.state = STATE_DONE;

@@ -2,5 +2,5 @@
 // compiled into an evaluator with skip/block/log semantics and counters.
 export { parseRuleset, toRuleset, type Rule, type Ruleset, type RuleAction } from './ruleset.js';
 export { compileBundle, BundleError, Evaluator, MAX_FUNCTION_SOURCE, VERDICT_PASS, type BundleInput, type CompiledRule, type Level } from './bundle.js';
-export { PacketPath, PathCounters, tableLists, type PacketPathOptions, type UndecodablePolicy } from './packet-path.js';
+export { LOOK_AHEAD, PacketPath, PathCounters, tableLists, type AheadReader, type PacketPathOptions, type UndecodablePolicy } from './packet-path.js';
 export { loadBundle, type BundleFiles, type LoadedBundle } from './load.js';

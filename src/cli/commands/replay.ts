@@ -87,6 +87,8 @@ function replay(captures: string[], flags: ReplayFlags, out: Output): void {
       try {
         while (reader.next()) {
           index++;
+          // The addresses of the buffered packets ahead, looked up together (see PacketPath.lookAhead).
+          path.lookAheadFrom(reader);
           const dropped = path.process(reader.data, reader.offset, reader.caplen, reader.origLen, reader.linkType);
           sinks.record(reader, dropped, path, file, index);
           // Check the clock every 64k packets only: hrtime costs more than a packet.
