@@ -83,6 +83,8 @@ export class Evaluator {
     readonly functions: number,
     counters: { packets: Float64Array; bytes: Float64Array; logged: Int32Array; loggedCount: Int32Array },
     bytesRead: Iterable<string> = [],
+    /** Runs of port rules compiled into one table read each (see portRun). */
+    readonly portRuns = 0,
   ) {
     this.hitPackets = counters.packets;
     this.hitBytes = counters.bytes;
@@ -159,7 +161,7 @@ export function compileBundle(input: BundleInput, codegen: { maxFunctionSource?:
     loggedCount: new Int32Array(1),
   };
   const run = generateBundle(rules, trees, levels, lists, counters, codegen.maxFunctionSource ?? MAX_FUNCTION_SOURCE);
-  return new Evaluator(Object.freeze(rules), run.run, run.functions, counters, run.bytesRead);
+  return new Evaluator(Object.freeze(rules), run.run, run.functions, counters, run.bytesRead, run.portRuns);
 }
 
 // Runs a large bundle's chunks in order: a chunk's SKIP_LEVEL ends its level.
@@ -233,6 +235,77 @@ function compileFunction(name: string, prologue: string, body: string, end: numb
   return make(pool.values, counters.packets, counters.bytes, counters.logged, counters.loggedCount) as Chunk;
 }
 
+// Port dispatch. Rulesets often hold runs of block rules that each test one
+// port field alone (`tcp.dstport in {22 3389 5900}`, one rule per service):
+// each is a bitmap or a chain of compares, so a packet that matches none (most)
+// pays them all. A run of at least PORT_RUN_MIN consecutive such rules on the
+// same field becomes one table read: table[port] = 1 + the position in the run
+// of the first rule that matches that port, 0 for none. The table is built by
+// running each rule's own generated condition on every port value, so it says
+// exactly what the rules say; a rule joins a run only when its condition is
+// false for an absent port (a port of the other protocol, a fragment), since
+// the dispatch skips absent ports. Measured on the pipeline benchmark's 50
+// rules (12 leading tcp.dstport sets, 10 of them 8 KB bitmaps), alternating
+// in-process A/B, CPU median: the whole packet path 330 -> 289 ns/packet (16
+// passes), as the ten bitmaps no longer compete for L1 with the lookups; the
+// evaluator alone on 512 contexts kept in cache, where the bitmaps stay in
+// L1, goes 73 -> 89 ns (10 passes), so the gain is the packet path's.
+const PORT_FIELDS: ReadonlySet<string> = new Set(['tcp.dstport', 'tcp.srcport', 'udp.dstport', 'udp.srcport']);
+const PORT_RUN_MIN = 4;
+/** Most rules in one run (positions fit a Uint8Array). */
+const PORT_RUN_MAX = 255;
+
+type Cond = (K: readonly unknown[], c: ExecutionContext) => unknown;
+
+/** The dispatch of the run of port rules starting at rule i, or null when fewer than PORT_RUN_MIN qualify. */
+function portRun(
+  rules: readonly CompiledRule[], conds: ReadonlyArray<string | null>, pool: ConstantPool, i: number, end: number,
+): { line: string; end: number } | null {
+  const field = portField(rules[i]!, conds[i]!);
+  if (field === null) return null;
+  let j = i + 1;
+  while (j < end && j - i < PORT_RUN_MAX && portField(rules[j]!, conds[j]!) === field) j++;
+  if (j - i < PORT_RUN_MIN) return null;
+  const slot = TRANSIT_SCHEME.field(field).slot;
+  const ctx = TRANSIT_SCHEME.newContext();
+  const tests: Cond[] = [];
+  for (let k = i; k < j; k++) {
+    // The rule's own generated code (numbers only, see generate()), run on a context holding only its port.
+    const test = new Function('K', 'c', `${CODEGEN_LOCALS}\nreturn ${conds[k]!};`) as Cond;
+    if (test(pool.values, ctx)) {
+      // True for an absent port: the run stops before this rule.
+      j = k;
+      break;
+    }
+    tests.push(test);
+  }
+  if (j - i < PORT_RUN_MIN) return null;
+  const table = new Uint8Array(65536);
+  for (let v = 0; v < 65536; v++) {
+    ctx.ints[slot] = v;
+    for (let k = 0; k < tests.length; k++) {
+      if (tests[k]!(pool.values, ctx)) {
+        table[v] = k + 1;
+        break;
+      }
+    }
+  }
+  const t = pool.ref(table);
+  const s = `I[${slot}]`;
+  const first = i - 1;
+  return {
+    line: `if (${s} >= 0 && ${s} <= 65535) { const d = ${t}[${s}]; if (d !== 0) { const r = d + ${first}; P[r]++; Y[r] += len; return r; } }`,
+    end: j,
+  };
+}
+
+/** The port field a rule alone tests, when it may join a port run: an enabled block rule reading one port field and no list. */
+function portField(r: CompiledRule, cond: string | null): string | null {
+  if (cond === null || r.rule.action !== 'block' || r.lists.length > 0 || r.fields.length !== 1) return null;
+  const f = r.fields[0]!;
+  return PORT_FIELDS.has(f) && !/\blen\b/.test(cond) ? f : null;
+}
+
 /**
  * The bundle's code. When its rules fit in MAX_FUNCTION_SOURCE, one function:
  * each level a labelled block that a skip breaks out of. Measured against
@@ -250,7 +323,7 @@ function generateBundle(
   lists: ListProvider,
   counters: Counters,
   max: number,
-): { run: Chunk; functions: number; bytesRead: Set<string> } {
+): { run: Chunk; functions: number; bytesRead: Set<string>; portRuns: number } {
   // One pool for every function: each reads the constants it needs by index.
   const pool = new ConstantPool();
   const conds = rules.map((r, i) => (r.rule.enabled ? generate(trees[i]!, pool, lists) : null));
@@ -259,12 +332,22 @@ function generateBundle(
   for (let i = 0; i < rules.length; i++) if (conds[i] !== null) total += ruleLine(rules[i]!.rule, i, conds[i]!, '').length + 16;
   if (total <= max) {
     const lines: string[] = [];
+    let portRuns = 0;
     levels.forEach(({ start, end }, l) => {
       lines.push(`L${l}: {`);
-      for (let i = start; i < end; i++) if (conds[i] !== null) lines.push(ruleLine(rules[i]!.rule, i, conds[i]!, `break L${l};`));
+      for (let i = start; i < end; i++) {
+        const run = portRun(rules, conds, pool, i, end);
+        if (run !== null) {
+          lines.push(run.line);
+          portRuns++;
+          i = run.end - 1;
+          continue;
+        }
+        if (conds[i] !== null) lines.push(ruleLine(rules[i]!.rule, i, conds[i]!, `break L${l};`));
+      }
       lines.push('}');
     });
-    return { run: compileFunction('bundle', 'LN[0] = 0;\n', lines.join('\n'), VERDICT_PASS, pool, counters), functions: 1, bytesRead };
+    return { run: compileFunction('bundle', 'LN[0] = 0;\n', lines.join('\n'), VERDICT_PASS, pool, counters), functions: 1, bytesRead, portRuns };
   }
   const chunks = levels.map(({ start, end }) => {
     const out: Chunk[] = [];
@@ -287,5 +370,5 @@ function generateBundle(
     flush(end - 1);
     return out;
   });
-  return { run: chunkDriver(chunks, counters.loggedCount), functions: chunks.reduce((n, c) => n + c.length, 0), bytesRead };
+  return { run: chunkDriver(chunks, counters.loggedCount), functions: chunks.reduce((n, c) => n + c.length, 0), bytesRead, portRuns: 0 };
 }
