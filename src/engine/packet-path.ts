@@ -145,6 +145,8 @@ export class PacketPath {
   private readonly table: AddressTable | undefined;
   private readonly lookupSrc: boolean;
   private readonly lookupDst: boolean;
+  /** Both addresses are looked up: what lookAhead() prepares. */
+  private readonly lookupPair: boolean;
   private readonly countryBytes: readonly Uint8Array[];
   private readonly countryCodes: readonly string[];
   /** shortBytesKey of each country code: what ip.*.country.key holds (see FieldKey). */
@@ -185,6 +187,7 @@ export class PacketPath {
       // Without a table, countries and AS numbers are absent; lists come from the evaluator's own matchers.
       this.lookupSrc = this.lookupDst = false;
     }
+    this.lookupPair = this.lookupSrc && this.lookupDst;
     this.countryCodes = this.table?.countryCodes ?? [];
     this.countryBytes = this.countryCodes.map((c) => encoder.encode(c));
     this.countryKeys = Float64Array.from(this.countryBytes, (b) => shortBytesKey(b, 0, b.length));
@@ -251,7 +254,7 @@ export class PacketPath {
     const m = Math.min(n, LOOK_AHEAD);
     this.aheadAt = 0;
     this.aheadN = 0;
-    if (!(this.lookupSrc && this.lookupDst) || linkType !== LT_ETHERNET) return;
+    if (!this.lookupPair || linkType !== LT_ETHERNET) return;
     const t = this.table!;
     const src = this.aheadSrc;
     const dst = this.aheadDst;
@@ -286,7 +289,11 @@ export class PacketPath {
    * has buffered after it. Call after reader.next() and before process().
    */
   lookAheadFrom(reader: AheadReader): void {
-    if (this.aheadAt < this.aheadN) return;
+    // Nothing to look up (rules without countries, AS numbers or lists), or a
+    // batch still pending: nothing to do. (Without the first test, a path
+    // without lookups walked the reader's next records at every packet: the
+    // pipeline benchmark's simple rule: 115 -> 342 ns/packet CPU, 10 alternating passes.)
+    if (!this.lookupPair || this.aheadAt < this.aheadN) return;
     const offs = this.aheadOffsets;
     const caps = this.aheadCaplens;
     offs[0] = reader.offset;

@@ -175,6 +175,34 @@ describe('PacketPath.lookAhead', () => {
     expect(fewest).toBe(0);
   });
 
+  it('lookAheadFrom asks the reader once per batch, and never when the rules need no lookup', () => {
+    let asked = 0;
+    const reader = {
+      data: buf, offset: 0, caplen: caplens[0]!, linkType: LINKTYPE.ETHERNET,
+      ahead: (offs: Int32Array, lens: Int32Array, at: number) => {
+        asked++;
+        offs.fill(0, at);
+        lens.fill(caplens[0]!, at);
+        return offs.length - at;
+      },
+    };
+    const path = new PacketPath(evaluator(), { table });
+    for (let i = 0; i < LOOK_AHEAD * 10; i++) {
+      path.lookAheadFrom(reader);
+      path.process(buf, 0, caplens[0]!, caplens[0]!, LINKTYPE.ETHERNET);
+    }
+    expect(asked).toBe(10);
+    // Port rules only: no address is looked up, so there is nothing to look ahead for.
+    const ports = compileBundle({ account: toRuleset({ name: 'a', phase: 'network_transit', rules: [{ action: 'block', expression: 'tcp.dstport == 22' }] }) });
+    const noLookups = new PacketPath(ports, { table });
+    asked = 0;
+    for (let i = 0; i < LOOK_AHEAD * 10; i++) {
+      noLookups.lookAheadFrom(reader);
+      noLookups.process(buf, 0, caplens[0]!, caplens[0]!, LINKTYPE.ETHERNET);
+    }
+    expect(asked).toBe(0);
+  });
+
   describe('over a capture (PcapReader.ahead, lookAheadFrom)', () => {
     const dir = mkdtempSync(join(tmpdir(), 'moat-look-ahead-'));
     afterAll(() => rmSync(dir, { recursive: true, force: true }));
