@@ -21,12 +21,3 @@ export {
   type OpenGeoIpOptions,
 } from './database.js';
 export { geoValue4, geoValue6 } from './lookup.js';
-export {
-  GEO_NONE,
-  asnOfValue,
-  embeddedIpv4,
-  type GeoRangeTable,
-  type CountryRanges,
-  type AsnRanges,
-  type Ipv4Alias,
-} from '../net/index.js';

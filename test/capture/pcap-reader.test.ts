@@ -43,17 +43,8 @@ function tempFile(bytes: Uint8Array, name = 'capture'): string {
   return path;
 }
 
-interface Got {
-  tsSec: number;
-  tsNsec: number;
-  caplen: number;
-  origLen: number;
-  linkType: number;
-  interfaceId: number;
-  section: number;
-  offset: number;
-  data: Buffer;
-}
+/** A packet as read: what ExpectedPacket describes, with the bytes copied into a Buffer. */
+type Got = ExpectedPacket & { data: Buffer };
 
 /** Reads a file to the end or to its first error; packets are copied out of the reader's buffer. */
 function readAll(path: string, options: PcapReaderOptions = {}): { packets: Got[]; error?: unknown; reader?: PcapReader } {

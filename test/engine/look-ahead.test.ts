@@ -5,7 +5,6 @@
 // other frames, VLAN-tagged, IPv6, truncated or non-IP ones).
 
 import { mkdtempSync, rmSync } from 'node:fs';
-import { PerformanceObserver } from 'node:perf_hooks';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
@@ -14,6 +13,7 @@ import { compileBundle, LOOK_AHEAD, PacketPath, tableLists, toRuleset } from '..
 import { AddressTable, rangeListFromStrings } from '../../src/net/index.js';
 import { FIELD_SLOTS as F, LINKTYPE } from '../../src/packet/index.js';
 import { buildFrame, TCP, type FrameSpec } from '../support/packet-builder.js';
+import { fewestGcs } from '../support/gc.js';
 import { Rng } from '../support/random.js';
 
 // Countries and AS numbers by /8 (10-19 -> country i-10, ASN 64500+i), two lists.
@@ -155,22 +155,10 @@ describe('PacketPath.lookAhead', () => {
       }
     };
     for (let r = 0; r < 20; r++) run(); // warm up and optimise
-    // Best of 3 rounds, as in test/expr/compiler.test.ts (other work in the process can cause one GC in a round).
-    let gcs = 0;
-    const observer = new PerformanceObserver((list) => {
-      gcs += list.getEntries().length;
-    });
-    observer.observe({ entryTypes: ['gc'] });
-    const settle = () => new Promise((r) => setTimeout(r, 50));
-    let fewest = Infinity;
-    for (let round = 0; round < 3; round++) {
-      await settle();
-      gcs = 0;
+    // Fewest GCs of 3 rounds of 500 runs (other work in the process can cause one GC in a round).
+    const fewest = await fewestGcs(() => {
       for (let r = 0; r < 500; r++) run();
-      await settle();
-      fewest = Math.min(fewest, gcs);
-    }
-    observer.disconnect();
+    });
     expect(path.counters.packets).toBe(frameCount * (20 + 1500));
     expect(fewest).toBe(0);
   });

@@ -1,10 +1,10 @@
 // The compiler's specialisations (bitmaps, binary search, linear scans, byte
 // keys, bit slicing) give the same answers at their edges as the plain meaning.
-import { PerformanceObserver } from 'node:perf_hooks';
 import { describe, expect, it } from 'vitest';
 import { check, compileChecked, compileExpression, compileGenerated, ConstantPool, DEFAULT_LIMITS, generate, parse } from '../../src/expr/index.js';
 import { TRANSIT_SCHEME as S } from '../../src/packet/index.js';
 import { PROTO_NAMES } from '../../src/packet/constants.js';
+import { fewestGcs } from '../support/gc.js';
 import { Rng } from '../support/random.js';
 
 const ctx = S.newContext();
@@ -124,22 +124,10 @@ describe('a compiled filter', () => {
     // Count garbage collections during 4M evaluations, best of 3 rounds (other work in
     // the process can cause one during a round, not during all three). Checked: a
     // function that keeps one 16-byte object per call causes 30-70 GCs over 4M calls.
-    let gcs = 0;
-    const observer = new PerformanceObserver((list) => {
-      gcs += list.getEntries().length;
-    });
-    observer.observe({ entryTypes: ['gc'] });
-    const settle = () => new Promise((r) => setTimeout(r, 50));
-    let fewest = Infinity;
     let hits = 0;
-    for (let round = 0; round < 3; round++) {
-      await settle();
-      gcs = 0;
+    const fewest = await fewestGcs(() => {
       for (let i = 0; i < 4_000_000; i++) if (f.execute(ctx)) hits++;
-      await settle();
-      fewest = Math.min(fewest, gcs);
-    }
-    observer.disconnect();
+    });
     expect(hits).toBe(12_000_000);
     expect(fewest).toBe(0);
   });

@@ -10,7 +10,6 @@ import { Reader } from 'maxmind';
 import { afterAll, describe, expect, it } from 'vitest';
 import { MoatError } from '../../src/errors/index.js';
 import {
-  asnOfValue,
   geoIpFromBuffer,
   geoValue4,
   geoValue6,
@@ -19,9 +18,8 @@ import {
   type AsnTable,
   type CountryTable,
   type GeoIpDatabase,
-  type GeoRangeTable,
 } from '../../src/geoip/index.js';
-import { formatIpv4, formatIpv6, parseIp } from '../../src/net/index.js';
+import { asnOfValue, formatIpv4, formatIpv6, parseIp, type GeoRangeTable } from '../../src/net/index.js';
 import { buildFixtureDatabases, geoipFixtureDir } from '../support/make-mmdb.js';
 import { asnRecord, countryRecord, MmdbWriter, type MmdbValue } from '../support/mmdb-writer.js';
 import { Rng, seedFrom } from '../support/random.js';
