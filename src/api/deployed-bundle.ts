@@ -5,11 +5,10 @@
 // read from files, and what the ruleset channel will push.
 
 import { MoatError } from '../errors/index.js';
-import { checkExpression, MANAGED_LISTS } from '../expr/index.js';
-import { TRANSIT_SCHEME } from '../packet/index.js';
+import { MANAGED_LISTS } from '../expr/index.js';
 import { ListStore, RulesetStore, type Database } from '../store/index.js';
 import { DEFAULT_API_LIMITS } from './limits.js';
-import { RulesetService, type RulesetView } from './rulesets-service.js';
+import { listsOfExpression as listsOf, RulesetService, type RulesetView } from './rulesets-service.js';
 
 /** A deployable bundle. */
 export interface DeployedBundle {
@@ -21,11 +20,6 @@ export interface DeployedBundle {
   managed: RulesetView[];
   /** List contents by canonical name (`office_blocklist`, `svc.malware`): addresses, CIDRs and `a..b` ranges. */
   lists: Record<string, string[]>;
-}
-
-/** Canonical names of the lists an expression reads (the checker's answer, not a text search). */
-function listsOf(expression: string): readonly string[] {
-  return checkExpression(expression, { scheme: TRANSIT_SCHEME, limits: { maxLength: Number.MAX_SAFE_INTEGER } }).lists;
 }
 
 /** Reads the bundle of an account (and zone) in one read transaction. */

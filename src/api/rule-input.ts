@@ -4,7 +4,7 @@
 // daemon compiles with), with errors carrying JSON pointers into the body.
 
 import { MoatError } from '../errors/index.js';
-import { canonicalListName, checkExpression, MANAGED_LISTS, renderError } from '../expr/index.js';
+import { checkExpression, renderError } from '../expr/index.js';
 import { TRANSIT_SCHEME } from '../packet/index.js';
 import { isId, type StoredRule } from '../store/index.js';
 import { invalidField } from './api-error.js';
@@ -139,10 +139,8 @@ export function validateRule(body: unknown, at: string, env: RuleEnv): { rule?: 
   } else {
     const report = checkExpression(expression, {
       scheme: TRANSIT_SCHEME,
-      lists: {
-        has: (n) => (env.allowAccountLists ? env.lists.has(n) : false) || MANAGED_LISTS.includes(canonicalListName(n)),
-        get: () => undefined,
-      },
+      // Managed lists ($svc.*, $cf.*) are known to the checker; this answers for account lists.
+      lists: { has: (n) => env.allowAccountLists && env.lists.has(n), get: () => undefined },
       limits: { maxLength: env.maxExpressionLength },
     });
     for (const e of report.errors) {

@@ -219,7 +219,7 @@ export class RulesetService {
     const errors: MoatError[] = [];
     const out: RuleInput[] = [];
     rules.forEach((r, i) => {
-      const v = validateRule(r, `${at}/${i}`, env);
+      const v = checkedRule(r, `${at}/${i}`, env);
       errors.push(...v.errors);
       if (v.rule !== undefined) out.push(v.rule);
     });
@@ -275,14 +275,6 @@ export class RulesetService {
       rule.last_updated = prev.last_updated;
     }
     return rule;
-  }
-
-  private refsOf(rules: readonly StoredRule[], inputs: readonly RuleInput[]): { lists: string[]; executes: { id: string; version: number | null }[] } {
-    void rules;
-    return {
-      lists: [...new Set(inputs.flatMap((r) => r.lists))],
-      executes: inputs.flatMap((r) => (r.execute === undefined ? [] : [r.execute])),
-    };
   }
 
   // ---- writing ---------------------------------------------------------------
@@ -350,7 +342,7 @@ export class RulesetService {
     const now = nowStamp();
     this.rulesets.insert({ id, account_id: scope.accountId, zone_id: scope.zoneId, ...meta, created_on: now });
     const rules = this.materialise(inputs, [], 1, now, '/rules');
-    const v = this.rulesets.addVersion(id, meta.description, now, rules, this.refsOf(rules, inputs));
+    const v = this.rulesets.addVersion(id, meta.description, now, rules, refsOfStored(rules));
     return this.view(this.rulesets.get(id)!, v);
   }
 
@@ -376,7 +368,7 @@ export class RulesetService {
     const now = nowStamp();
     const rules = this.materialise(inputs, latest.rules, next, now, '/rules');
     const description = typeof body['description'] === 'string' ? body['description'] : latest.description;
-    const v = this.rulesets.addVersion(row.id, description, now, rules, this.refsOf(rules, inputs));
+    const v = this.rulesets.addVersion(row.id, description, now, rules, refsOfStored(rules));
     return this.view(this.rulesets.get(row.id)!, v);
   }
 
@@ -412,14 +404,14 @@ export class RulesetService {
       const row = this.writable(scope, id);
       const env = this.env(scope, row.kind);
       const { position: _p, ...ruleBody } = body;
-      const v = validateRule(ruleBody, '', env);
+      const v = checkedRule(ruleBody, '', env);
       if (v.rule === undefined) throw new ApiErrors(v.errors);
       if (v.rule.id !== undefined) throw apiError('API_INVALID_FIELD', 'a new rule gets its id from the server; leave "id" out', { pointer: '/id' });
       const latest = this.rulesets.version(row.id, row.latest_version)!;
       if (latest.rules.length + 1 > this.limits.maxRules) {
         throw apiError('RULESET_TOO_MANY_RULES', `a ruleset holds at most ${this.limits.maxRules} rules`, { pointer: '' });
       }
-      const position = parsePosition(body['position'], latest.rules, true);
+      const position = parsePosition(body['position'], latest.rules);
       const next = row.last_version + 1;
       const now = nowStamp();
       const rule = this.stored(v.rule, undefined, next, now);
@@ -446,7 +438,7 @@ export class RulesetService {
       if (ruleBody['id'] !== undefined && ruleBody['id'] !== ruleId) throw apiError('API_INVALID_FIELD', 'the "id" in the body is not the rule of the path', { pointer: '/id' });
       let rule = prev;
       if (!onlyMove) {
-        const v = validateRule({ ...ruleBody, id: ruleId }, '', env);
+        const v = checkedRule({ ...ruleBody, id: ruleId }, '', env);
         if (v.rule === undefined) throw new ApiErrors(v.errors);
         rule = this.stored(v.rule, prev, next, now);
       } else if (positionBody === undefined) {
@@ -454,7 +446,7 @@ export class RulesetService {
       }
       const rest = latest.rules.filter((r) => r.id !== ruleId);
       const rules =
-        positionBody === undefined ? latest.rules.map((r) => (r.id === ruleId ? rule : r)) : insertAt(rest, rule, parsePosition(positionBody, rest, false));
+        positionBody === undefined ? latest.rules.map((r) => (r.id === ruleId ? rule : r)) : insertAt(rest, rule, parsePosition(positionBody, rest));
       const version = this.rulesets.addVersion(row.id, latest.description, now, rules, refsOfStored(rules));
       return this.view(this.rulesets.get(row.id)!, version);
     });
@@ -609,14 +601,26 @@ export class RulesetService {
 const LISTS_MEMO = new Map<string, readonly string[]>();
 const LISTS_MEMO_SIZE = 20_000;
 
-function listsOfExpression(expression: string): readonly string[] {
+function rememberLists(expression: string, lists: readonly string[]): void {
+  if (LISTS_MEMO.size >= LISTS_MEMO_SIZE) LISTS_MEMO.delete(LISTS_MEMO.keys().next().value!);
+  LISTS_MEMO.set(expression, lists);
+}
+
+/** Canonical names of the lists an expression reads (the checker's answer), memoised by text. */
+export function listsOfExpression(expression: string): readonly string[] {
   let lists = LISTS_MEMO.get(expression);
   if (lists === undefined) {
     lists = checkExpression(expression, { scheme: TRANSIT_SCHEME, limits: { maxLength: Number.MAX_SAFE_INTEGER } }).lists;
-    if (LISTS_MEMO.size >= LISTS_MEMO_SIZE) LISTS_MEMO.delete(LISTS_MEMO.keys().next().value!);
-    LISTS_MEMO.set(expression, lists);
+    rememberLists(expression, lists);
   }
   return lists;
+}
+
+/** validateRule, remembering the lists of a valid rule's expression so that refsOfStored need not check it again. */
+function checkedRule(body: unknown, at: string, env: RuleEnv): ReturnType<typeof validateRule> {
+  const v = validateRule(body, at, env);
+  if (v.rule !== undefined) rememberLists(v.rule.expression, v.rule.lists);
+  return v;
 }
 
 /** What stored rules reference: lists (by canonical name) and executed rulesets. */
@@ -638,7 +642,7 @@ export function versionNumber(v: string, rulesetId: string): number {
   return Number(v);
 }
 
-function parsePosition(p: unknown, rules: readonly StoredRule[], adding: boolean): Position | undefined {
+function parsePosition(p: unknown, rules: readonly StoredRule[]): Position | undefined {
   if (p === undefined || p === null) return undefined;
   const bad = (m: string, at = '/position'): never => {
     throw apiError('RULE_BAD_POSITION', m, { pointer: at });
@@ -651,7 +655,7 @@ function parsePosition(p: unknown, rules: readonly StoredRule[], adding: boolean
   if (k === 'index') {
     const n = o['index'];
     const max = rules.length + 1;
-    if (typeof n !== 'number' || !Number.isInteger(n) || n < 1 || n > max) bad(`"index" must be an integer from 1 to ${max}${adding ? '' : ''}`, '/position/index');
+    if (typeof n !== 'number' || !Number.isInteger(n) || n < 1 || n > max) bad(`"index" must be an integer from 1 to ${max}`, '/position/index');
     return { kind: 'index', index: n as number };
   }
   if (k === 'before' || k === 'after') {

@@ -85,7 +85,6 @@ export function expandExecutes(rs: Ruleset, managed: ManagedRulesets | undefined
         return;
       }
       const { action, enabled } = applyOverrides(rule, m);
-      const gate = rule.expression.trim();
       rules.push({
         index,
         from: { executeIndex: index, managedId: id },
@@ -96,7 +95,7 @@ export function expandExecutes(rs: Ruleset, managed: ManagedRulesets | undefined
           enabled,
           // Both expressions are parsed and checked again as one: the execute
           // rule's gates the managed rule's.
-          expression: gate === 'true' ? m.expression : `(${rule.expression})\nand (${m.expression})`,
+          expression: `(${rule.expression})\nand (${m.expression})`,
           description: `${target.name ?? id}: ${m.description ?? ''}`,
           categories: m.categories,
         },
