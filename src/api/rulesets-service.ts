@@ -553,9 +553,11 @@ export class RulesetService {
       const row = this.rulesets.get(id)!;
       const rules = inputs.map((input, i) => {
         const prev = previous.find((p) => p.id === input.id);
-        const r = this.stored({ ...input, id: undefined }, prev, row.last_version + 1, now);
-        if (prev === undefined && input.id !== undefined) r.id = input.id;
-        if (r.ref === r.id || prev === undefined) r.ref = input.ref ?? r.id;
+        const r = this.stored(input, prev, row.last_version + 1, now);
+        if (prev === undefined && input.id !== undefined) {
+          r.id = input.id;
+          r.ref = input.ref ?? input.id;
+        }
         const cats = (rulesIn[i] as Record<string, unknown>)['categories'];
         if (Array.isArray(cats)) r.categories = cats as string[];
         if (prev !== undefined && JSON.stringify(prev.categories) !== JSON.stringify(r.categories)) {
