@@ -5,6 +5,7 @@
 import type { ExecutionContext } from '../expr/index.js';
 import { LINKTYPE } from './constants.js';
 import * as CONSTANTS from './constants.js';
+import { decodeFast } from './fast.js';
 import { decodeIpv4, decodeIpv6 } from './ip.js';
 import type { DecodePlan } from './plan.js';
 import type { PacketInfo } from './view.js';
@@ -49,6 +50,14 @@ function afToEtherType(af: number): number {
  * resets `ctx` and `info` before (so that unused slots stay absent).
  */
 export function decode(
+  buf: Uint8Array, off: number, caplen: number, linkType: number, ctx: ExecutionContext, info: PacketInfo, plan: DecodePlan,
+): void {
+  if (linkType === LT_ETHERNET && plan.fast && decodeFast(buf, off, caplen, ctx, info, plan)) return;
+  decodeGeneral(buf, off, caplen, linkType, ctx, info, plan);
+}
+
+/** decode() without the fast path (fast.ts): every frame through the layer decoders. */
+export function decodeGeneral(
   buf: Uint8Array, off: number, caplen: number, linkType: number, ctx: ExecutionContext, info: PacketInfo, plan: DecodePlan,
 ): void {
   const end = off + caplen;

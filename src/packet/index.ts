@@ -1,7 +1,7 @@
 // Public face of the packet layer: the network_transit field set and the
 // allocation-free frame decoder that fills it.
 export { TRANSIT_SCHEME } from './fields.js';
-export { decode, SUPPORTED_LINKTYPES } from './decode.js';
+export { decode, decodeGeneral, SUPPORTED_LINKTYPES } from './decode.js';
 export { clearDecoded } from './clear.js';
 export { PacketInfo, ST_IP, ST_TRUNCATED, ST_MALFORMED, ST_FRAGMENT, ST_UNSUPPORTED_LINK } from './view.js';
 export { planFor, FULL_PLAN, type DecodePlan } from './plan.js';

@@ -18,10 +18,12 @@ export interface DecodePlan {
    * closures (ordering, contains, matches, names that are no protocol's).
    */
   readonly protoBytes: boolean;
+  /** None of raw, sip and protoBytes: the fast path (fast.ts) may decode. */
+  readonly fast: boolean;
 }
 
 /** Decode everything. */
-export const FULL_PLAN: DecodePlan = Object.freeze({ tcp: true, udp: true, icmp: true, raw: true, sip: true, protoBytes: true });
+export const FULL_PLAN: DecodePlan = Object.freeze({ tcp: true, udp: true, icmp: true, raw: true, sip: true, protoBytes: true, fast: false });
 
 /**
  * The plan for a set of field names (as `Filter.fields` reports them).
@@ -32,12 +34,16 @@ export function planFor(fields: Iterable<string>, bytesRead?: Iterable<string>):
   const used = new Set(fields);
   for (const f of used) if (TRANSIT_SCHEME.lookup(f) === undefined) throw new Error(`unknown field ${f}`);
   const any = (prefix: string) => [...used].some((f) => f === prefix || f.startsWith(prefix + '.'));
+  const raw = ['ip', 'tcp', 'udp', 'icmp'].some((f) => used.has(f));
+  const sip = used.has('sip');
+  const protoBytes = (bytesRead === undefined ? used : new Set(bytesRead)).has('ip.proto');
   return Object.freeze({
     tcp: any('tcp'),
-    udp: any('udp') || used.has('sip'),
+    udp: any('udp') || sip,
     icmp: any('icmp'),
-    raw: ['ip', 'tcp', 'udp', 'icmp'].some((f) => used.has(f)),
-    sip: used.has('sip'),
-    protoBytes: (bytesRead === undefined ? used : new Set(bytesRead)).has('ip.proto'),
+    raw,
+    sip,
+    protoBytes,
+    fast: !raw && !sip && !protoBytes,
   });
 }

@@ -1,0 +1,146 @@
+// The decoder's fast path: untagged Ethernet carrying IPv4 without options or
+// IPv6 without extension headers, not fragmented, whole in the capture, with a
+// complete TCP or UDP header, for plans without raw bytes, protocol names or
+// SIP. That is most of the traffic a gateway sees, and for it this writes
+// exactly what the general decoder (decode.ts, ip.ts, transport.ts) writes, in
+// one function with one check per condition; anything else returns false
+// before writing and the general decoder takes the frame. Measured on the
+// pipeline benchmark's frames (80% IPv4, 20% IPv6, TCP and UDP): decode plus
+// clear of 4,096 frames in cache went from ~100 to ~74 ns per packet, and the
+// whole packet path from 649 to 634 ns (CPU median, alternating in-process
+// A/B, 10 passes of 1M packets).
+
+import type { ExecutionContext } from '../expr/index.js';
+import type { DecodePlan } from './plan.js';
+import * as SLOTS from './slots.js';
+import type { PacketInfo } from './view.js';
+import * as VIEW from './view.js';
+import { checkCopies } from './literal.js';
+
+// Literal copies of slots and constants (see literal.ts: V8 folds these, not imported bindings).
+const IP_DST = 1;
+const IP_HDR_LEN = 1;
+const IP_LEN = 0;
+const IP_PROTO_NUMBER = 15;
+const IP_SRC = 0;
+const IP_TTL = 2;
+const TCP_DSTPORT = 7;
+const TCP_FLAGS = 8;
+const TCP_FLAG_ACK = 4;
+const TCP_FLAG_CWR = 7;
+const TCP_FLAG_ECE = 6;
+const TCP_FLAG_FIN = 0;
+const TCP_FLAG_PSH = 3;
+const TCP_FLAG_RST = 2;
+const TCP_FLAG_SYN = 1;
+const TCP_FLAG_URG = 5;
+const TCP_SRCPORT = 6;
+const UDP_DSTPORT = 10;
+const UDP_SRCPORT = 9;
+const ST_IP = 1;
+checkCopies('packet/fast', SLOTS, {
+  IP_DST, IP_HDR_LEN, IP_LEN, IP_PROTO_NUMBER, IP_SRC, IP_TTL, TCP_DSTPORT, TCP_FLAGS, TCP_FLAG_ACK, TCP_FLAG_CWR, TCP_FLAG_ECE,
+  TCP_FLAG_FIN, TCP_FLAG_PSH, TCP_FLAG_RST, TCP_FLAG_SYN, TCP_FLAG_URG, TCP_SRCPORT, UDP_DSTPORT, UDP_SRCPORT,
+});
+checkCopies('packet/fast', VIEW, { ST_IP });
+if (IP_DST !== IP_SRC + 1) throw new Error('packet/fast: ip.dst must follow ip.src');
+
+/**
+ * Decodes the Ethernet frame buf[off, off + caplen) when it is of the common
+ * kind (see the header) and `plan.fast`; returns false, having written
+ * nothing, otherwise. The caller resets `ctx` and `info` first, as for decode().
+ */
+export function decodeFast(buf: Uint8Array, off: number, caplen: number, ctx: ExecutionContext, info: PacketInfo, plan: DecodePlan): boolean {
+  const end = off + caplen;
+  const p = off + 14;
+  // The smallest frame taken: Ethernet + IPv4 + UDP.
+  if (caplen < 42) return false;
+  const et = (buf[off + 12]! << 8) | buf[off + 13]!;
+  let l3End: number;
+  let l4: number;
+  let proto: number;
+  if (et === 0x0800) {
+    // Version 4, IHL 5 (no options); total length covers the header and lies
+    // within the capture; fragment offset 0 and MF clear (DF may be set).
+    if (buf[p] !== 0x45) return false;
+    const total = (buf[p + 2]! << 8) | buf[p + 3]!;
+    if (total < 20 || p + total > end) return false;
+    if ((((buf[p + 6]! << 8) | buf[p + 7]!) & 0x3fff) !== 0) return false;
+    proto = buf[p + 9]!;
+    l3End = p + total;
+    l4 = p + 20;
+  } else if (et === 0x86dd) {
+    // Version 6, a payload length that is not 0 (jumbogram, TSO) and lies
+    // within the capture, and TCP or UDP right after the fixed header.
+    if (buf[p]! >>> 4 !== 6) return false;
+    const plen = (buf[p + 4]! << 8) | buf[p + 5]!;
+    if (plen === 0 || p + 40 + plen > end) return false;
+    proto = buf[p + 6]!;
+    l3End = p + 40 + plen;
+    l4 = p + 40;
+  } else {
+    return false;
+  }
+  if (proto === 6) {
+    // A whole TCP header with a valid data offset (else the general decoder flags it).
+    if (l3End - l4 < 20 || buf[l4 + 12]! >>> 4 < 5) return false;
+  } else if (proto === 17) {
+    if (l3End - l4 < 8) return false;
+  } else {
+    return false;
+  }
+  // Accepted: from here on, the same writes as the general decoder.
+  const ints = ctx.ints;
+  info.status = ST_IP;
+  info.etherType = et;
+  info.l3Offset = p;
+  info.l3End = l3End;
+  info.protocol = proto;
+  info.l4Offset = l4;
+  ints[IP_PROTO_NUMBER] = proto;
+  const fam = ctx.ipFamily;
+  if (et === 0x0800) {
+    info.ipVersion = 4;
+    ints[IP_HDR_LEN] = 5;
+    ints[IP_LEN] = l3End - p;
+    ints[IP_TTL] = buf[p + 8]!;
+    fam[IP_SRC] = 4;
+    fam[IP_DST] = 4;
+    const a4 = ctx.ip4;
+    a4[IP_SRC] = ((buf[p + 12]! << 24) | (buf[p + 13]! << 16) | (buf[p + 14]! << 8) | buf[p + 15]!) >>> 0;
+    a4[IP_DST] = ((buf[p + 16]! << 24) | (buf[p + 17]! << 16) | (buf[p + 18]! << 8) | buf[p + 19]!) >>> 0;
+  } else {
+    info.ipVersion = 6;
+    ints[IP_LEN] = l3End - p;
+    ints[IP_TTL] = buf[p + 7]!;
+    fam[IP_SRC] = 6;
+    fam[IP_DST] = 6;
+    const a6 = ctx.ip6;
+    // Source then destination: ip.dst's four words follow ip.src's (IP_DST = IP_SRC + 1).
+    for (let k = 0; k < 8; k++) {
+      const o = p + 8 + k * 4;
+      a6[IP_SRC * 4 + k] = ((buf[o]! << 24) | (buf[o + 1]! << 16) | (buf[o + 2]! << 8) | buf[o + 3]!) >>> 0;
+    }
+  }
+  if (proto === 6) {
+    if (plan.tcp) {
+      ints[TCP_SRCPORT] = (buf[l4]! << 8) | buf[l4 + 1]!;
+      ints[TCP_DSTPORT] = (buf[l4 + 2]! << 8) | buf[l4 + 3]!;
+      const f = buf[l4 + 13]!;
+      ints[TCP_FLAGS] = f;
+      const b = ctx.bools;
+      b[TCP_FLAG_FIN] = f & 1;
+      b[TCP_FLAG_SYN] = (f >>> 1) & 1;
+      b[TCP_FLAG_RST] = (f >>> 2) & 1;
+      b[TCP_FLAG_PSH] = (f >>> 3) & 1;
+      b[TCP_FLAG_ACK] = (f >>> 4) & 1;
+      b[TCP_FLAG_URG] = (f >>> 5) & 1;
+      b[TCP_FLAG_ECE] = (f >>> 6) & 1;
+      b[TCP_FLAG_CWR] = f >>> 7;
+    }
+  } else if (plan.udp) {
+    ints[UDP_SRCPORT] = (buf[l4]! << 8) | buf[l4 + 1]!;
+    ints[UDP_DSTPORT] = (buf[l4 + 2]! << 8) | buf[l4 + 3]!;
+  }
+  return true;
+}
