@@ -188,14 +188,22 @@ function locate(e: MoatError, where: string, pointer: string): MoatError {
   return e;
 }
 
+// Int slots of lazy fields (see ExecutionContext.pending): read where the
+// generated code has resolved them, never ahead.
+const LAZY_INT_SLOTS: ReadonlySet<string> = new Set(
+  TRANSIT_SCHEME.fields.filter((f) => f.lazy >= 0 && f.type === 'int').map((f) => String(f.slot)),
+);
+
 // Reads each field a chunk uses once, into a local, instead of at every use:
 // the rules of a chunk read the same few fields (ports, protocol, flags) many
 // times. The source is our own generated code (numbers only), so rewriting the
-// typed-array reads I[n], B[n], F[n] and A4[n] by pattern is exact.
+// typed-array reads I[n], B[n], F[n] and A4[n] by pattern is exact. Lazy
+// fields keep their reads in place: they are valid only once resolved.
 function hoistFieldLoads(body: string): string {
   const decls: string[] = [];
   const seen = new Set<string>();
-  const out = body.replace(/\b(I|B|F|A4)\[(\d+)\]/g, (_m, arr: string, n: string) => {
+  const out = body.replace(/\b(I|B|F|A4)\[(\d+)\]/g, (m, arr: string, n: string) => {
+    if (arr === 'I' && LAZY_INT_SLOTS.has(n)) return m;
     const local = `${arr.toLowerCase()}_${n}`;
     if (!seen.has(local)) {
       seen.add(local);

@@ -3,7 +3,7 @@
 // need countries, AS numbers or lists, evaluate the bundle, count. Everything
 // is preallocated; process() allocates nothing and never throws on bad frames.
 
-import { shortBytesKey, type ExecutionContext, type ListProvider } from '../expr/index.js';
+import { shortBytesKey, type ExecutionContext, type LazyResolver, type ListProvider } from '../expr/index.js';
 import * as NET from '../net/index.js';
 import type { AddressTable } from '../net/index.js';
 import {
@@ -24,7 +24,11 @@ const IP_SRC_ASNUM = 4;
 const IP_SRC_COUNTRY = 1;
 const IP_SRC_COUNTRY_KEY = 16;
 const IP_SRC_LISTS = 13;
-checkCopies('engine/packet-path', F, { IP_DST, IP_DST_ASNUM, IP_DST_COUNTRY, IP_DST_COUNTRY_KEY, IP_DST_LISTS, IP_SRC, IP_SRC_ASNUM, IP_SRC_COUNTRY, IP_SRC_COUNTRY_KEY, IP_SRC_LISTS });
+const LAZY_DST_GEO = 1;
+const LAZY_DST_LISTS = 3;
+const LAZY_SRC_GEO = 0;
+const LAZY_SRC_LISTS = 2;
+checkCopies('engine/packet-path', F, { IP_DST, IP_DST_ASNUM, IP_DST_COUNTRY, IP_DST_COUNTRY_KEY, IP_DST_LISTS, IP_SRC, IP_SRC_ASNUM, IP_SRC_COUNTRY, IP_SRC_COUNTRY_KEY, IP_SRC_LISTS, LAZY_DST_GEO, LAZY_DST_LISTS, LAZY_SRC_GEO, LAZY_SRC_LISTS });
 // The packed record offsets and status bits too (measured with the above: see packet/literal.ts).
 const REC_ASN = 2;
 const REC_COUNTRY = 1;
@@ -64,6 +68,14 @@ export interface PacketPathOptions {
   undecodable?: UndecodablePolicy | undefined;
   /** Counters to add to (kept across bundle swaps by the daemon); new ones by default. */
   counters?: PathCounters | undefined;
+  /**
+   * When addresses are looked up in the table. 'lazy' (the default): when a
+   * rule first reads a country, an AS number or a list of the address, and
+   * list bits through the list screen first (see process()). 'eager': both
+   * addresses of every packet, before the rules run (for comparison: tests
+   * and the pipeline benchmark).
+   */
+  lookups?: 'lazy' | 'eager' | undefined;
 }
 
 // Counter indexes in PathCounters.v.
@@ -78,6 +90,8 @@ const C_UNDECODABLE_BYTES = 7;
 const C_NOT_IP = 8;
 const C_DAMAGED = 9;
 const C_FRAGMENTS = 10;
+const C_LOOKUPS = 11;
+const C_SCREENED = 12;
 
 /**
  * Totals of a packet path. Bytes are wire lengths. The packet path adds to
@@ -86,7 +100,7 @@ const C_FRAGMENTS = 10;
  * alternating A/B: ~448 -> ~440 ns/packet); the named accessors read and set `v`.
  */
 export class PathCounters {
-  readonly v = new Float64Array(11);
+  readonly v = new Float64Array(13);
   get packets(): number { return this.v[C_PACKETS]!; }
   set packets(x: number) { this.v[C_PACKETS] = x; }
   get bytes(): number { return this.v[C_BYTES]!; }
@@ -113,19 +127,26 @@ export class PathCounters {
   /** Non-first fragments (evaluated without transport fields). */
   get fragments(): number { return this.v[C_FRAGMENTS]!; }
   set fragments(x: number) { this.v[C_FRAGMENTS] = x; }
+  /** Addresses looked up in the GeoIP/list table. */
+  get lookups(): number { return this.v[C_LOOKUPS]!; }
+  set lookups(x: number) { this.v[C_LOOKUPS] = x; }
+  /** List reads answered by the list screen without a lookup (lazy lookups only). */
+  get screened(): number { return this.v[C_SCREENED]!; }
+  set screened(x: number) { this.v[C_SCREENED] = x; }
 }
 
 /** A ListProvider over an AddressTable: membership is precomputed per packet into hidden bit fields. */
 export function tableLists(table: AddressTable): ListProvider {
   const slotFor = (field: string): number | undefined =>
     field === 'ip.src' ? IP_SRC_LISTS : field === 'ip.dst' ? IP_DST_LISTS : undefined;
+  const lazyFor = (field: string): number => (field === 'ip.src' ? LAZY_SRC_LISTS : field === 'ip.dst' ? LAZY_DST_LISTS : -1);
   return {
     has: (name) => table.hasList(name),
     get: (name) => {
       if (!table.hasList(name)) return undefined;
       const bit = table.listBit(name);
       return {
-        precomputed: { bit, slotFor },
+        precomputed: { bit, slotFor, lazyFor },
         contains4: (a: number) => (table.lists4[table.lookup4(a)]! & bit) !== 0,
         contains6: (w0: number, w1: number, w2: number, w3: number) => (table.lists6[table.lookup6(w0, w1, w2, w3)]! & bit) !== 0,
       };
@@ -135,8 +156,19 @@ export function tableLists(table: AddressTable): ListProvider {
 
 const encoder = new TextEncoder();
 
-/** Decodes, enriches and evaluates frames against one compiled bundle. */
-export class PacketPath {
+/**
+ * Decodes, enriches and evaluates frames against one compiled bundle.
+ *
+ * Lookups are lazy by default: process() marks the address fields pending
+ * (ExecutionContext.pending) and the rules' generated code calls resolve()
+ * when it first reads one. A list read asks the table's list screen first,
+ * which answers "in no list" for most addresses without a lookup; a country
+ * or AS number read looks the address up. On the pipeline benchmark most
+ * packets then need no lookup at all (the country rules test a port first,
+ * the AS number rules the protocol), where eager lookups of both addresses
+ * were about half of the packet path's time (measured: see bench/pipeline).
+ */
+export class PacketPath implements LazyResolver {
   readonly ctx: ExecutionContext = TRANSIT_SCHEME.newContext();
   readonly info = new PacketInfo();
   readonly counters: PathCounters;
@@ -145,6 +177,8 @@ export class PacketPath {
   private readonly table: AddressTable | undefined;
   private readonly lookupSrc: boolean;
   private readonly lookupDst: boolean;
+  /** Lookups on demand (resolve()) rather than in process(). */
+  private readonly lazy: boolean;
   /** Both addresses are looked up: what lookAhead() prepares. */
   private readonly lookupPair: boolean;
   private readonly countryBytes: readonly Uint8Array[];
@@ -187,7 +221,9 @@ export class PacketPath {
       // Without a table, countries and AS numbers are absent; lists come from the evaluator's own matchers.
       this.lookupSrc = this.lookupDst = false;
     }
-    this.lookupPair = this.lookupSrc && this.lookupDst;
+    this.lazy = options.lookups !== 'eager';
+    this.lookupPair = !this.lazy && this.lookupSrc && this.lookupDst;
+    this.ctx.resolver = this;
     this.countryCodes = this.table?.countryCodes ?? [];
     this.countryBytes = this.countryCodes.map((c) => encoder.encode(c));
     this.countryKeys = Float64Array.from(this.countryBytes, (b) => shortBytesKey(b, 0, b.length));
@@ -331,7 +367,21 @@ export class PacketPath {
     }
     if ((st & (ST_TRUNCATED | ST_MALFORMED)) !== 0) c[C_DAMAGED]++;
     if ((st & ST_FRAGMENT) !== 0) c[C_FRAGMENTS]++;
-    if (this.lookupSrc && this.lookupDst && ctx.ipFamily[IP_SRC] === 4 && ctx.ipFamily[IP_DST] === 4) {
+    if (this.lazy) {
+      // Nothing looked up yet: the rules' code asks resolve() (see the class comment).
+      // The list screen is asked here rather than in resolve(): one bitmap read
+      // inline, where a call from the rules' code cost ~30 ns per address
+      // (measured on the pipeline benchmark's first 4,096 packets, in cache).
+      const p = ctx.pending;
+      if (this.lookupSrc) {
+        p[LAZY_SRC_GEO] = 1;
+        p[LAZY_SRC_LISTS] = this.listed(IP_SRC, IP_SRC_LISTS);
+      }
+      if (this.lookupDst) {
+        p[LAZY_DST_GEO] = 1;
+        p[LAZY_DST_LISTS] = this.listed(IP_DST, IP_DST_LISTS);
+      }
+    } else if (this.lookupSrc && this.lookupDst && ctx.ipFamily[IP_SRC] === 4 && ctx.ipFamily[IP_DST] === 4) {
       // Both IPv4 addresses at once: their cache misses overlap (see AddressTable.lookup4Pair).
       // The two fill() calls overwrite every enriched field: nothing to clear first.
       const t = this.table!;
@@ -348,17 +398,65 @@ export class PacketPath {
         this.fill(t.rec4, r[0]! * 4, IP_SRC_COUNTRY, IP_SRC_ASNUM, IP_SRC_LISTS);
         this.fill(t.rec4, r[1]! * 4, IP_DST_COUNTRY, IP_DST_ASNUM, IP_DST_LISTS);
       }
+      c[C_LOOKUPS] += 2;
     } else {
       // An address without a lookup (absent, or one side not looked up) writes nothing: start from absent.
       if (this.enriched) this.clearEnriched();
       if (this.lookupSrc) this.enrich(IP_SRC, IP_SRC_COUNTRY, IP_SRC_ASNUM, IP_SRC_LISTS);
       if (this.lookupDst) this.enrich(IP_DST, IP_DST_COUNTRY, IP_DST_ASNUM, IP_DST_LISTS);
     }
-    this.enriched = this.lookupSrc || this.lookupDst;
+    this.enriched = !this.lazy && (this.lookupSrc || this.lookupDst);
     const r = this.evaluator.evaluate(ctx, origLen);
     if (r === VERDICT_PASS) return this.pass(origLen);
     this.lastRule = r;
     return this.drop(origLen);
+  }
+
+  /**
+   * Writes a pending lazy group of the current packet (LazyResolver; called by
+   * the rules' generated code): looks the address up, which writes both
+   * groups of that address (a list group is pending only when the list
+   * screen could not tell, see listed()).
+   */
+  resolve(group: number): void {
+    const ctx = this.ctx;
+    const p = ctx.pending;
+    const src = group === LAZY_SRC_GEO || group === LAZY_SRC_LISTS;
+    const fam = ctx.ipFamily[src ? IP_SRC : IP_DST];
+    if (fam === 0) {
+      // No address (a header cut before it): every field of both groups is absent.
+      this.absent(src);
+    } else {
+      if (src) this.enrich(IP_SRC, IP_SRC_COUNTRY, IP_SRC_ASNUM, IP_SRC_LISTS);
+      else this.enrich(IP_DST, IP_DST_COUNTRY, IP_DST_ASNUM, IP_DST_LISTS);
+    }
+    p[src ? LAZY_SRC_LISTS : LAZY_DST_LISTS] = 0;
+    p[src ? LAZY_SRC_GEO : LAZY_DST_GEO] = 0;
+  }
+
+  // The list screen (AddressTable.listScreen4): 1 when the address in `ipSlot`
+  // may be in a list (its list group stays pending: a lookup tells); else its
+  // list bits are written (0, or absent without an address) and 0 is returned.
+  private listed(ipSlot: number, listsSlot: number): number {
+    const ctx = this.ctx;
+    const fam = ctx.ipFamily[ipSlot];
+    const t = this.table!;
+    if (fam === 4 ? t.mayBeListed4(ctx.ip4[ipSlot]!) : fam === 6 && t.mayBeListed6(ctx.ip6[ipSlot * 4]!)) return 1;
+    ctx.ints[listsSlot] = fam === 0 ? NaN : 0;
+    this.counters.v[C_SCREENED]++;
+    return 0;
+  }
+
+  // Marks the enriched fields of one address absent.
+  private absent(src: boolean): void {
+    const ctx = this.ctx;
+    const ints = ctx.ints;
+    ints[src ? IP_SRC_COUNTRY_KEY : IP_DST_COUNTRY_KEY] = NaN;
+    ints[src ? IP_SRC_ASNUM : IP_DST_ASNUM] = NaN;
+    ints[src ? IP_SRC_LISTS : IP_DST_LISTS] = NaN;
+    const countrySlot = src ? IP_SRC_COUNTRY : IP_DST_COUNTRY;
+    ctx.bytesBuf[countrySlot] = null;
+    ctx.bytesText[countrySlot] = null;
   }
 
   private pass(len: number): boolean {
@@ -381,8 +479,10 @@ export class PacketPath {
     const ctx = this.ctx;
     const fam = ctx.ipFamily[ipSlot];
     if (fam === 4) {
+      this.counters.v[C_LOOKUPS]++;
       this.fill(t.rec4, t.lookup4(ctx.ip4[ipSlot]!) * 4, countrySlot, asnSlot, listsSlot);
     } else if (fam === 6) {
+      this.counters.v[C_LOOKUPS]++;
       const o = ipSlot * 4;
       const a = ctx.ip6;
       const r = t.lookup6(a[o]!, a[o + 1]!, a[o + 2]!, a[o + 3]!) * 4;

@@ -13,10 +13,10 @@ import { IpRangeSet } from '../net/index.js';
 
 /**
  * Names the generated code uses. The engine's generated function declares them:
- * `const I = c.ints, B = c.bools, F = c.ipFamily, A4 = c.ip4, A6 = c.ip6;`
+ * `const I = c.ints, B = c.bools, F = c.ipFamily, A4 = c.ip4, A6 = c.ip6, PD = c.pending;`
  * and `K` is the constants array.
  */
-export const CODEGEN_LOCALS = 'const I = c.ints, B = c.bools, F = c.ipFamily, A4 = c.ip4, A6 = c.ip6;';
+export const CODEGEN_LOCALS = 'const I = c.ints, B = c.bools, F = c.ipFamily, A4 = c.ip4, A6 = c.ip6, PD = c.pending;';
 
 /** Collects constants referenced by generated code. */
 export class ConstantPool {
@@ -58,6 +58,62 @@ export function generate(node: Checked, pool: ConstantPool, lists: ListProvider 
       return '(' + node.items.map((i) => generate(i, pool, lists)).join(' !== ') + ')';
     case 'not':
       return `!${generate(node.operand, pool, lists)}`;
+    default: {
+      // A test that reads lazy fields first resolves their groups when still
+      // pending (see ExecutionContext.pending): one check per group and test,
+      // then plain reads, in the test and in any closure it calls.
+      const test = generateTest(node, pool, lists);
+      const groups = lazyGroups(node, lists);
+      if (groups.length === 0) return test;
+      return '(' + groups.map((g) => `(PD[${int(g)}] === 0 || c.resolver.resolve(${int(g)})), `).join('') + test + ')';
+    }
+  }
+}
+
+// The lazy groups a test reads, ascending.
+function lazyGroups(node: Checked, lists: ListProvider | undefined): number[] {
+  const out = new Set<number>();
+  switch (node.kind) {
+    case 'int-cmp':
+    case 'int-and':
+    case 'int-in':
+      out.add(node.lhs.field.lazy);
+      break;
+    case 'ip-list': {
+      const pre = lists?.get(node.list)?.precomputed;
+      if (pre !== undefined && pre.slotFor(node.field.name) !== undefined) out.add(pre.lazyFor?.(node.field.name) ?? -1);
+      else out.add(node.field.lazy);
+      break;
+    }
+    case 'bool':
+    case 'ip-cmp':
+    case 'ip-in':
+      out.add(node.field.lazy);
+      break;
+    case 'bytes-cmp':
+    case 'bytes-in':
+    case 'bytes-contains':
+    case 'bytes-matches':
+      for (const f of node.field.anyOf ?? [node.field]) {
+        out.add(f.lazy);
+        if (f.key !== null) out.add(f.key.field.lazy);
+      }
+      break;
+    default:
+      break;
+  }
+  out.delete(-1);
+  return [...out].sort((a, b) => a - b);
+}
+
+// One test (not and/or/xor/not), with plain reads of its fields.
+function generateTest(node: Checked, pool: ConstantPool, lists: ListProvider | undefined): string {
+  switch (node.kind) {
+    case 'and':
+    case 'or':
+    case 'xor':
+    case 'not':
+      return generate(node, pool, lists);
     case 'bool':
       return `(B[${int(node.field.slot)}] === 1)`;
     case 'const':
@@ -147,13 +203,24 @@ export function generate(node: Checked, pool: ConstantPool, lists: ListProvider 
 
 // Cost of a test in the generated code, roughly in loads: a comparison of a
 // field is 1, a call into a closure predicate (bytes, IP sets, bit slices,
-// lists not precomputed) 8. The operands of `and` and `or` are generated
+// lists not precomputed) 8, and a test of a lazy field (ExecutionContext.pending,
+// which may cost a lookup) LAZY_COST more. The operands of `and` and `or` are generated
 // cheapest first: every predicate is pure and total (no side effects, no
 // exceptions), so the order does not change the result, and a cheap test that
 // decides the operator spares the dear one. On the pipeline benchmark the 8
 // rules `ip.src.country in {...} and tcp.dstport == N` then test the port
-// first and call the country predicate only when the port matches.
+// first and read the country only when the port matches, and the rules
+// `ip.dst.asnum == N and ip.proto == "udp"` read the AS number of UDP packets only.
 function cost(node: Checked, lists: ListProvider | undefined): number {
+  const own = testCost(node, lists);
+  // A lazy field may cost a lookup (cache misses in a table of megabytes): test it last.
+  return node.kind === 'and' || node.kind === 'or' || node.kind === 'xor' || node.kind === 'not' || lazyGroups(node, lists).length === 0 ? own : own + LAZY_COST;
+}
+
+/** What reading a lazy field adds to a test's cost (see cost()). */
+const LAZY_COST = 16;
+
+function testCost(node: Checked, lists: ListProvider | undefined): number {
   switch (node.kind) {
     case 'and':
     case 'or':

@@ -22,6 +22,17 @@ export function internBytes(s: string): Uint8Array {
   return b;
 }
 
+/**
+ * Fills a lazy group of fields on demand (see ExecutionContext.pending): it
+ * writes the group's fields and sets `pending[group]` to 0.
+ */
+export interface LazyResolver {
+  resolve(group: number): void;
+}
+
+// Nothing is pending unless a producer says so, so the default is never called.
+const NO_RESOLVER: LazyResolver = { resolve: () => undefined };
+
 /** Field values of one packet, by slot. */
 export class ExecutionContext {
   /** Int values; NaN when absent. */
@@ -57,12 +68,25 @@ export class ExecutionContext {
     this.bytesText = new Array<string | null>(n.bytes).fill(null);
     this.keySlot = new Int32Array(n.bytes).fill(-1);
     this.keyOf = new Array<BytesKey | null>(n.bytes).fill(null);
+    this.pending = new Uint8Array(scheme.lazyGroups.length);
     for (const f of scheme.fields) {
       if (f.key === null) continue;
       this.keySlot[f.slot] = f.key.field.slot;
       this.keyOf[f.slot] = f.key.of;
     }
   }
+
+  /**
+   * Per lazy group (Scheme.lazyGroups): 1 when the group's fields are not
+   * written yet and `resolver` writes them when asked. A producer whose
+   * lookups are dear (the packet path's GeoIP and list lookups) sets this
+   * instead of filling the fields; code generated for a rule resolves a group
+   * just before its first read of one of its fields, so a packet whose rules
+   * never get to read a country costs no country lookup. Never set: every
+   * field holds its value.
+   */
+  readonly pending: Uint8Array;
+  resolver: LazyResolver = NO_RESOLVER;
 
   /** Marks every field absent. */
   reset(): void {
@@ -81,6 +105,8 @@ export class ExecutionContext {
       bb[i] = null;
       bt[i] = null;
     }
+    const pending = this.pending;
+    for (let i = 0; i < pending.length; i++) pending[i] = 0;
   }
 
   setInt(slot: number, v: number): void {

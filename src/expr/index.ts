@@ -1,7 +1,7 @@
 // Public face of the rules language: the scheme, parsing, checking, compiling,
 // the execution context and error rendering. Everything else in expr/ is internal.
 export { SchemeBuilder, Scheme, shortBytesKey, type BytesKey, type FieldDef, type FieldKey, type FieldType, type FieldOptions } from './scheme.js';
-export { ExecutionContext, internBytes } from './context.js';
+export { ExecutionContext, internBytes, type LazyResolver } from './context.js';
 export { parse } from './parser.js';
 export { check, canonicalListName, MANAGED_LISTS, type CheckOptions, type CheckResult } from './checker.js';
 export { compileChecked, intGetter, type Predicate } from './compiler.js';

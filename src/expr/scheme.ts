@@ -53,6 +53,12 @@ export interface FieldDef {
   readonly hidden: boolean;
   /** For a bytes field: the hidden int field holding its key (see FieldKey), or null. */
   readonly key: FieldKey | null;
+  /**
+   * The lazy group of a field its producer may fill only on demand (see
+   * ExecutionContext.pending), or -1. Generated code resolves the group
+   * before it reads the field.
+   */
+  readonly lazy: number;
   readonly description: string;
 }
 
@@ -65,6 +71,11 @@ export interface FieldOptions {
   hidden?: boolean;
   /** For a bytes field: the name of a hidden int field (defined before build()) and the key function. */
   key?: { readonly field: string; readonly of: BytesKey };
+  /**
+   * A lazy group name: the fields of one group are filled together, on demand
+   * (groups are numbered in order of first use; see FieldDef.lazy).
+   */
+  lazy?: string;
 }
 
 /** Builds a scheme; `build()` freezes it. */
@@ -72,6 +83,7 @@ export class SchemeBuilder {
   private readonly defs: Array<{ -readonly [K in keyof FieldDef]: FieldDef[K] }> = [];
   private readonly keys: Array<{ def: FieldDef; field: string; of: BytesKey }> = [];
   private readonly counts: Record<FieldType, number> = { int: 0, ip: 0, bytes: 0, bool: 0 };
+  private readonly lazyGroups: string[] = [];
 
   /** Adds a field; throws on a duplicate name or an unknown alternative. */
   field(name: string, type: FieldType, options: FieldOptions = {}): this {
@@ -84,6 +96,12 @@ export class SchemeBuilder {
         return d;
       });
     }
+    if (options.lazy !== undefined && anyOf !== null) throw new Error(`${name}: a virtual field cannot be lazy (its alternatives are)`);
+    let lazy = -1;
+    if (options.lazy !== undefined) {
+      lazy = this.lazyGroups.indexOf(options.lazy);
+      if (lazy < 0) lazy = this.lazyGroups.push(options.lazy) - 1;
+    }
     const slot = anyOf === null ? this.counts[type]++ : -1;
     const def = {
       name,
@@ -94,6 +112,7 @@ export class SchemeBuilder {
       raw: options.raw ?? false,
       hidden: options.hidden ?? false,
       key: null,
+      lazy,
       description: options.description ?? '',
     };
     if (options.key !== undefined) {
@@ -112,7 +131,7 @@ export class SchemeBuilder {
       (k.def as { key: FieldKey | null }).key = Object.freeze({ field: f, of: k.of });
     }
     for (const d of this.defs) Object.freeze(d);
-    return new Scheme(this.defs, { ...this.counts });
+    return new Scheme(this.defs, { ...this.counts }, Object.freeze(this.lazyGroups.slice()));
   }
 }
 
@@ -125,6 +144,8 @@ export class Scheme {
     defs: readonly FieldDef[],
     /** Number of storage slots per type. */
     readonly slotCounts: Readonly<Record<FieldType, number>>,
+    /** Names of the lazy groups, by number (FieldDef.lazy). */
+    readonly lazyGroups: readonly string[] = [],
   ) {
     this.fields = Object.freeze(defs.slice());
     this.byName = new Map(defs.map((d) => [d.name, d]));

@@ -119,6 +119,19 @@ export class AddressTable {
   /** The IPv6 prefixes where the GeoIP databases answer with an embedded IPv4 address (see v4Alias6). */
   readonly aliases6: readonly Ipv4Alias[];
 
+  /**
+   * List screens: bit k is set when some list range meets the addresses whose
+   * top 24 bits are k (an IPv4 /24, an IPv6 /24), so a clear bit proves that
+   * the address is in no list without a lookup (see mayBeListed4). 2 MiB
+   * each; null when no list has a range of that family (nothing is listed).
+   * Lists are sparse beside GeoIP (3 x 100k prefixes mark ~4% of the IPv4
+   * /24s), and the screen is one read where a lookup is two or three
+   * dependent cache misses (measured on the pipeline benchmark: see
+   * engine/packet-path.ts).
+   */
+  readonly listScreen4: Uint32Array | null;
+  readonly listScreen6: Uint32Array | null;
+
   private readonly listIndex: ReadonlyMap<string, number>;
 
   private constructor(f: {
@@ -127,6 +140,8 @@ export class AddressTable {
     v4: FamilyTable;
     v6: FamilyTable;
     aliases6: readonly Ipv4Alias[];
+    listScreen4: Uint32Array | null;
+    listScreen6: Uint32Array | null;
   }) {
     this.countryCodes = f.countryCodes;
     this.listNames = f.listNames;
@@ -154,6 +169,8 @@ export class AddressTable {
     this.rec6 = packRecords(r6);
     this.aliases6 = f.aliases6;
     this.listIndex = new Map(f.listNames.map((n, i) => [n, i]));
+    this.listScreen4 = f.listScreen4;
+    this.listScreen6 = f.listScreen6;
   }
 
   /** Merges GeoIP and lists into one table per family. Throws RangeError on more than 32 lists, duplicate names or unsorted GeoIP ranges. */
@@ -188,6 +205,8 @@ export class AddressTable {
       v4,
       v6,
       aliases6: Object.freeze(aliases),
+      listScreen4: listScreen(lists.map((l) => l.ranges), 1),
+      listScreen6: listScreen(lists.map((l) => l.ranges), 4),
     });
   }
 
@@ -207,6 +226,7 @@ export class AddressTable {
     for (const a of [this.seg4, this.index4, this.country4, this.asn4, this.lists4, this.rec4, this.starts6, this.index6, this.record6, this.country6, this.asn6, this.lists6, this.rec6]) {
       n += a.byteLength;
     }
+    n += (this.listScreen4?.byteLength ?? 0) + (this.listScreen6?.byteLength ?? 0);
     return n;
   }
 
@@ -270,6 +290,21 @@ export class AddressTable {
     // The records sit next to the starts just scanned (no further miss).
     out[at] = touch >= 0 ? seg[la * 3 + 1]! * 65536 + seg[la * 3 + 2]! : 0;
     out[at + 1] = seg[lb * 3 + 1]! * 65536 + seg[lb * 3 + 2]!;
+  }
+
+  /**
+   * False when the IPv4 address `addr` is in no list (its /24 meets no list
+   * range); true when it may be, and lookup4() tells.
+   */
+  mayBeListed4(addr: number): boolean {
+    const s = this.listScreen4;
+    return s !== null && ((s[addr >>> 13]! >>> ((addr >>> 8) & 31)) & 1) === 1;
+  }
+
+  /** mayBeListed4 for an IPv6 address, of which only the first word `w0` counts. */
+  mayBeListed6(w0: number): boolean {
+    const s = this.listScreen6;
+    return s !== null && ((s[w0 >>> 13]! >>> ((w0 >>> 8) & 31)) & 1) === 1;
   }
 
   /** The record of the IPv6 address w0..w3: index into country6, asn6 and lists6. */
@@ -457,6 +492,32 @@ function cmpAt(a: Uint32Array, ao: number, b: Uint32Array, bo: number): number {
     if (x !== y) return x < y ? -1 : 1;
   }
   return 0;
+}
+
+// The list screen of one family (see AddressTable.listScreen4): one bit per
+// value of the top 24 bits, set over every range of every list; null when no
+// list has a range of the family.
+function listScreen(lists: readonly IpRangeList[], words: 1 | 4): Uint32Array | null {
+  let screen: Uint32Array | null = null;
+  for (const l of lists) {
+    const first = words === 1 ? l.v4First : l.v6First;
+    const last = words === 1 ? l.v4Last : l.v6Last;
+    for (let o = 0; o < first.length; o += words) {
+      screen ??= new Uint32Array(1 << 19);
+      const lo = first[o]! >>> 8;
+      const hi = last[o]! >>> 8;
+      for (let k = lo; k <= hi;) {
+        if ((k & 31) === 0 && k + 31 <= hi) {
+          screen[k >>> 5] = 0xffffffff;
+          k += 32;
+        } else {
+          screen[k >>> 5]! |= 1 << (k & 31);
+          k++;
+        }
+      }
+    }
+  }
+  return screen;
 }
 
 // Event sources: 0 = country, 1 = ASN, 2 + i = list i. Event kind byte = source * 2 + isEnd.

@@ -11,9 +11,14 @@ export interface IpMatcher {
   /**
    * Optional fast path: the packet path has already looked the addresses up and
    * stored each list's membership as bit `bit` of an int field; `slotFor` names
-   * that field's int slot for an address field (`ip.src`, `ip.dst`), or undefined.
+   * that field's int slot for an address field (`ip.src`, `ip.dst`), or undefined;
+   * `lazyFor` its lazy group (see ExecutionContext.pending), -1 when it is always written.
    */
-  readonly precomputed?: { readonly bit: number; slotFor(field: string): number | undefined } | undefined;
+  readonly precomputed?: {
+    readonly bit: number;
+    slotFor(field: string): number | undefined;
+    lazyFor?(field: string): number;
+  } | undefined;
 }
 
 /** One entry: a single address, a CIDR or a range, as inclusive bounds of one family. */

@@ -27,14 +27,17 @@ export const TRANSIT_SCHEME: Scheme = new SchemeBuilder()
   .field('ip.hdr_len', 'int', { description: 'IPv4 header length in 32-bit words (IHL, 5..15); absent on IPv6' })
   .field('ip.ttl', 'int', { description: 'IPv4 TTL or IPv6 hop limit' })
   .field('ip.opt.type', 'int', { description: 'Type byte of the first IPv4 option; absent when there is none' })
-  .field('ip.src.country', 'bytes', { description: 'ISO 3166-1 alpha-2 country of the source (GeoIP)', key: { field: 'ip.src.country.key', of: shortBytesKey } })
-  .field('ip.dst.country', 'bytes', { description: 'ISO 3166-1 alpha-2 country of the destination (GeoIP)', key: { field: 'ip.dst.country.key', of: shortBytesKey } })
+  // Countries, AS numbers and list bits come from the address table, looked up
+  // on demand: one lazy group per address for GeoIP and one for lists (see
+  // ExecutionContext.pending and engine/packet-path.ts).
+  .field('ip.src.country', 'bytes', { description: 'ISO 3166-1 alpha-2 country of the source (GeoIP)', key: { field: 'ip.src.country.key', of: shortBytesKey }, lazy: 'ip.src.geo' })
+  .field('ip.dst.country', 'bytes', { description: 'ISO 3166-1 alpha-2 country of the destination (GeoIP)', key: { field: 'ip.dst.country.key', of: shortBytesKey }, lazy: 'ip.dst.geo' })
   .field('ip.geoip.country', 'bytes', {
     description: 'Deprecated: matches the source or the destination country',
     anyOf: ['ip.src.country', 'ip.dst.country'],
   })
-  .field('ip.src.asnum', 'int', { description: 'AS number of the source (GeoIP ASN)' })
-  .field('ip.dst.asnum', 'int', { description: 'AS number of the destination (GeoIP ASN)' })
+  .field('ip.src.asnum', 'int', { description: 'AS number of the source (GeoIP ASN)', lazy: 'ip.src.geo' })
+  .field('ip.dst.asnum', 'int', { description: 'AS number of the destination (GeoIP ASN)', lazy: 'ip.dst.geo' })
   .field('tcp.srcport', 'int', { description: 'TCP source port' })
   .field('tcp.dstport', 'int', { description: 'TCP destination port' })
   .field('tcp.flags', 'int', { description: 'TCP flags byte (CWR ECE URG ACK PSH RST SYN FIN)' })
@@ -59,11 +62,11 @@ export const TRANSIT_SCHEME: Scheme = new SchemeBuilder()
   .field('cf.colo.region', 'bytes', { description: 'Region of the site running Moat (configured), e.g. "WNAM"' })
   // Internal: list membership of each address as bits, filled by the engine's
   // address lookup so that `ip.src in $list` is one AND per rule.
-  .field('ip.src.lists', 'int', { hidden: true, description: 'Bit i: ip.src is in list i (internal)' })
-  .field('ip.dst.lists', 'int', { hidden: true, description: 'Bit i: ip.dst is in list i (internal)' })
+  .field('ip.src.lists', 'int', { hidden: true, description: 'Bit i: ip.src is in list i (internal)', lazy: 'ip.src.lists' })
+  .field('ip.dst.lists', 'int', { hidden: true, description: 'Bit i: ip.dst is in list i (internal)', lazy: 'ip.dst.lists' })
   // Internal: integer keys of bytes fields (see FieldKey), so that rules compare
   // them as numbers and the packet path writes numbers, not byte views.
   .field('ip.proto.number', 'int', { hidden: true, description: 'Protocol number of ip.proto (internal)' })
-  .field('ip.src.country.key', 'int', { hidden: true, description: 'ip.src.country as a number: shortBytesKey (internal)' })
-  .field('ip.dst.country.key', 'int', { hidden: true, description: 'ip.dst.country as a number: shortBytesKey (internal)' })
+  .field('ip.src.country.key', 'int', { hidden: true, description: 'ip.src.country as a number: shortBytesKey (internal)', lazy: 'ip.src.geo' })
+  .field('ip.dst.country.key', 'int', { hidden: true, description: 'ip.dst.country as a number: shortBytesKey (internal)', lazy: 'ip.dst.geo' })
   .build();

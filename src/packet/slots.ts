@@ -43,3 +43,14 @@ export const IP_DST_LISTS = slot('ip.dst.lists');
 export const IP_PROTO_NUMBER = slot('ip.proto.number');
 export const IP_SRC_COUNTRY_KEY = slot('ip.src.country.key');
 export const IP_DST_COUNTRY_KEY = slot('ip.dst.country.key');
+
+// Lazy groups (Scheme.lazyGroups): what the packet path resolves on demand.
+const group = (name: string): number => {
+  const g = S.lazyGroups.indexOf(name);
+  if (g < 0) throw new Error(`no lazy group ${name}`);
+  return g;
+};
+export const LAZY_SRC_GEO = group('ip.src.geo');
+export const LAZY_DST_GEO = group('ip.dst.geo');
+export const LAZY_SRC_LISTS = group('ip.src.lists');
+export const LAZY_DST_LISTS = group('ip.dst.lists');

@@ -2,7 +2,8 @@
 // process() sees them) and PcapReader.ahead (where the next buffered packets
 // are): the verdicts, matched rules and enriched fields are those of a path
 // that does not look ahead, whatever the batch holds (the frames that follow,
-// other frames, VLAN-tagged, IPv6, truncated or non-IP ones).
+// other frames, VLAN-tagged, IPv6, truncated or non-IP ones). Look-ahead
+// serves eager lookups (PacketPathOptions.lookups), which these paths use.
 
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
@@ -106,11 +107,11 @@ describe('PacketPath.lookAhead', () => {
   const buf = new Uint8Array(size);
   for (const [i, f] of frames.entries()) buf.set(f, offsets[i]);
 
-  const plain = new PacketPath(evaluator(), { table });
+  const plain = new PacketPath(evaluator(), { table, lookups: 'eager' });
   const reference = frames.map((f) => seen(plain, plain.process(f, 0, f.length, f.length, LINKTYPE.ETHERNET)));
 
   it('gives the verdicts, rules and enriched fields of a path without it, in batches of every size', () => {
-    const path = new PacketPath(evaluator(), { table });
+    const path = new PacketPath(evaluator(), { table, lookups: 'eager' });
     let i = 0;
     let blocked = 0;
     while (i < frames.length) {
@@ -128,7 +129,7 @@ describe('PacketPath.lookAhead', () => {
   });
 
   it('never uses a look-ahead of other frames', () => {
-    const path = new PacketPath(evaluator(), { table });
+    const path = new PacketPath(evaluator(), { table, lookups: 'eager' });
     const shuffled = Int32Array.from(offsets);
     const shuffledLens = Int32Array.from(caplens);
     for (let i = shuffled.length - 1; i > 0; i--) {
@@ -143,7 +144,7 @@ describe('PacketPath.lookAhead', () => {
   });
 
   it('allocates nothing: lookAhead and process over 4.5M frames cause no garbage collection', async () => {
-    const path = new PacketPath(evaluator(), { table });
+    const path = new PacketPath(evaluator(), { table, lookups: 'eager' });
     const frameCount = frames.length;
     // lookAhead reads its batch from offsets[0..): a batch per position, prepared once.
     const batches = Array.from({ length: Math.ceil(frameCount / LOOK_AHEAD) }, (_, b) => [offsets.slice(b * LOOK_AHEAD, (b + 1) * LOOK_AHEAD), caplens.slice(b * LOOK_AHEAD, (b + 1) * LOOK_AHEAD)] as const);
@@ -174,7 +175,7 @@ describe('PacketPath.lookAhead', () => {
         return offs.length - at;
       },
     };
-    const path = new PacketPath(evaluator(), { table });
+    const path = new PacketPath(evaluator(), { table, lookups: 'eager' });
     for (let i = 0; i < LOOK_AHEAD * 10; i++) {
       path.lookAheadFrom(reader);
       path.process(buf, 0, caplens[0]!, caplens[0]!, LINKTYPE.ETHERNET);
@@ -182,7 +183,7 @@ describe('PacketPath.lookAhead', () => {
     expect(asked).toBe(10);
     // Port rules only: no address is looked up, so there is nothing to look ahead for.
     const ports = compileBundle({ account: toRuleset({ name: 'a', phase: 'network_transit', rules: [{ action: 'block', expression: 'tcp.dstport == 22' }] }) });
-    const noLookups = new PacketPath(ports, { table });
+    const noLookups = new PacketPath(ports, { table, lookups: 'eager' });
     asked = 0;
     for (let i = 0; i < LOOK_AHEAD * 10; i++) {
       noLookups.lookAheadFrom(reader);
@@ -224,7 +225,7 @@ describe('PacketPath.lookAhead', () => {
     });
 
     it('a replay loop with lookAheadFrom gives the same answers', () => {
-      const path = new PacketPath(evaluator(), { table });
+      const path = new PacketPath(evaluator(), { table, lookups: 'eager' });
       const r = PcapReader.open(file, { bufferSize: 4096 });
       let i = 0;
       while (r.next()) {

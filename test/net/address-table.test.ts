@@ -498,3 +498,57 @@ describe('AddressTable build', () => {
     expect(Array.from(sortOrder(one, 1, 6))).toEqual([1, 3, 2, 0, 5, 4]);
   });
 });
+
+describe('AddressTable list screens', () => {
+  const rng = new Rng(SEED ^ 0x5c7ee1);
+  // Prefixes of every length, over a few /8s so that screened and unscreened /24s sit side by side.
+  const entries: string[] = [];
+  for (let i = 0; i < 3000; i++) {
+    const len = rng.pick([32, 32, 31, 28, 25, 24, 24, 23, 20, 17]);
+    const addr = ((rng.pick([10, 11, 192]) * 2 ** 24) + rng.int(2 ** 24)) >>> 0;
+    entries.push(`${formatIpv4(len === 32 ? addr : (addr & ~(0xffffffff >>> len)) >>> 0)}/${len}`);
+  }
+  entries.push('2001:db8:1::/48', '2001:db8:2::5', '2400:cb00::/32');
+  const table = AddressTable.build({ lists: [{ name: 'a', ranges: rangeListFromStrings(entries.slice(0, 1500)) }, { name: 'b', ranges: rangeListFromStrings(entries.slice(1500)) }] });
+
+  it('clear a bit only where no list holds an address, IPv4', () => {
+    let clear = 0;
+    let listed = 0;
+    for (let i = 0; i < 60_000; i++) {
+      // Half near list entries (the same /24 or the next), half anywhere in the /8s used.
+      const base = i % 2 === 0 ? parseIp(entries[rng.int(3000)]!.split('/')[0]!)!.words[0]! : (rng.pick([10, 11, 12, 192]) * 2 ** 24) >>> 0;
+      const a = (base + rng.int(512)) >>> 0;
+      const inList = table.lists4[table.lookup4(a)] !== 0;
+      if (inList) listed++;
+      if (!table.mayBeListed4(a)) {
+        clear++;
+        expect(inList, formatIpv4(a)).toBe(false);
+      }
+    }
+    // Both answers occur often: the screen rules addresses out, and the test meets listed ones.
+    expect(clear).toBeGreaterThan(12_000);
+    expect(listed).toBeGreaterThan(6_000);
+  });
+
+  it('clear a bit only where no list holds an address, IPv6 (by the first 24 bits)', () => {
+    for (const [text, may] of [['2001:db8:1::1', true], ['2001:db8:ffff::1', true], ['2001:db9::1', true], ['2001:e00::1', false], ['2400:cb00::1', true], ['2400:ca00::1', false], ['::1', false]] as const) {
+      const w = parseIp(text)!.words;
+      expect(table.mayBeListed6(w[0]!), text).toBe(may);
+      if (!may) expect(table.lists6[table.lookup6(w[0]!, w[1]!, w[2]!, w[3]!)], text).toBe(0);
+    }
+  });
+
+  it('are absent for a family no list has, and every address then screens out', () => {
+    const v4only = AddressTable.build({ lists: [{ name: 'a', ranges: rangeListFromStrings(['10.0.0.0/8']) }] });
+    expect(v4only.listScreen6).toBeNull();
+    expect(v4only.mayBeListed6(0x20010db8)).toBe(false);
+    expect(v4only.mayBeListed4(0x0a000001)).toBe(true);
+    expect(v4only.mayBeListed4(0x0b000001)).toBe(false);
+    const none = AddressTable.build({ lists: [] });
+    expect(none.listScreen4).toBeNull();
+    expect(none.mayBeListed4(0)).toBe(false);
+    // A whole-space entry marks every /24.
+    const all = AddressTable.build({ lists: [{ name: 'a', ranges: rangeListFromStrings(['0.0.0.0/0']) }] });
+    expect(all.listScreen4!.every((w) => w === 0xffffffff)).toBe(true);
+  });
+});

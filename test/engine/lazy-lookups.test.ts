@@ -1,0 +1,158 @@
+// Lazy lookups (the packet path's default): countries, AS numbers and list bits
+// are looked up when a rule first reads them, list bits through the list
+// screen first. Random bundles over random frames give the verdicts, blocking
+// rules and per-rule hits of eager lookups (every address looked up before the
+// rules run), with fewer lookups; rules that never get to an address's
+// country cost no lookup; and processing allocates nothing.
+
+import { describe, expect, it } from 'vitest';
+import { compileBundle, PacketPath, tableLists, toRuleset } from '../../src/engine/index.js';
+import { AddressTable, rangeListFromStrings } from '../../src/net/index.js';
+import { LINKTYPE } from '../../src/packet/index.js';
+import { fewestGcs } from '../support/gc.js';
+import { buildFrame, TCP, type FrameSpec } from '../support/packet-builder.js';
+import { Rng } from '../support/random.js';
+
+// Countries and AS numbers by /8 (10-19 -> country i-10, ASN 64510+i-10); IPv6 2001:db8::/32 is "RU".
+const first: number[] = [];
+const last: number[] = [];
+const values: number[] = [];
+for (let i = 10; i < 20; i++) {
+  first.push(i * 2 ** 24);
+  last.push(i * 2 ** 24 + 2 ** 24 - 1);
+  values.push(i - 10);
+}
+const table = AddressTable.build({
+  country: {
+    codes: ['CN', 'RU', 'KP', 'IR', 'SY', 'CU', 'VE', 'BY', 'MM', 'SD'],
+    v4First: Uint32Array.from(first), v4Last: Uint32Array.from(last), v4Value: Int32Array.from(values),
+    v6First: Uint32Array.from([0x20010db8, 0, 0, 0]), v6Last: Uint32Array.from([0x20010db8, 0xffffffff, 0xffffffff, 0xffffffff]), v6Value: Int32Array.from([1]),
+    v6Aliases: [],
+  },
+  asn: {
+    v4First: Uint32Array.from(first), v4Last: Uint32Array.from(last), v4Value: Int32Array.from(values.map((v) => 64510 + v)),
+    v6First: new Uint32Array(0), v6Last: new Uint32Array(0), v6Value: new Int32Array(0),
+    v6Aliases: [],
+  },
+  lists: [
+    { name: 'bad', ranges: rangeListFromStrings(['11.0.0.0/9', '12.1.2.0/24', '15.3.3.3', '2001:db8::/48']) },
+    { name: 'office', ranges: rangeListFromStrings(['13.0.0.0/10', '14.5.0.0/16', '12.1.2.128/25']) },
+  ],
+});
+
+// Tests that read the looked-up fields, in every form the compiler has (keyed
+// comparisons, closures over the country's bytes, ordering, `!=`), and cheap ones.
+const LOOKED_UP = [
+  'ip.src.country == "CN"', 'ip.dst.country in {"RU" "KP" "SY"}', 'ip.geoip.country == "SY"', 'ip.src.country != "IR"',
+  'ip.dst.country matches "^[CR]"', 'ip.src.country < "M"', 'ip.geoip.country != "CN"',
+  'ip.src.asnum == 64512', 'ip.dst.asnum in {64510..64513}', 'ip.dst.asnum != 64515', 'ip.src.asnum > 64514',
+  'ip.src in $bad', 'ip.dst in $office', 'not ip.dst in $bad', 'ip.src in $office',
+];
+const CHEAP = ['tcp.dstport == 22', 'udp.dstport == 53', 'ip.proto == "tcp"', 'ip.ttl > 60', 'tcp.flags.syn'];
+
+function randomRule(rng: Rng): string {
+  const terms = Array.from({ length: 1 + rng.int(3) }, () => (rng.chance(0.65) ? rng.pick(LOOKED_UP) : rng.pick(CHEAP)));
+  const e = terms.join(rng.chance(0.6) ? ' and ' : ' or ');
+  return rng.chance(0.15) ? `not (${e})` : e;
+}
+
+function randomBundle(rng: Rng) {
+  const rules = Array.from({ length: 3 + rng.int(8) }, () => ({
+    action: rng.chance(0.15) ? 'log' : 'block',
+    expression: randomRule(rng),
+  }));
+  return compileBundle({ account: toRuleset({ name: 'a', phase: 'network_transit', rules }), lists: tableLists(table) });
+}
+
+function randomFrame(rng: Rng): Uint8Array {
+  const six = rng.chance(0.2);
+  const addr = () => (six ? rng.pick(['2001:db8::1', '2001:db9::2', '2001:db8:1::3']) : rng.pick([`${8 + rng.int(14)}.${rng.int(8)}.${rng.int(4)}.${rng.int(256)}`, '12.1.2.200', '15.3.3.3', '11.200.0.1']));
+  const l4: FrameSpec['l4'] = rng.chance(0.5)
+    ? { kind: 'tcp', srcPort: 1000, dstPort: rng.pick([22, 80]), flags: rng.pick([TCP.SYN, TCP.ACK]) }
+    : { kind: 'udp', srcPort: 1000, dstPort: rng.pick([53, 123]), payload: new Uint8Array(8) };
+  const ip: FrameSpec['ip'] = six ? { version: 6, src: addr(), dst: addr(), hopLimit: rng.pick([30, 64]) } : { version: 4, src: addr(), dst: addr(), ttl: rng.pick([30, 64]) };
+  const f = buildFrame({ ip, l4 });
+  const r = rng.next();
+  if (r < 0.05) return f.slice(0, 14 + 12 + rng.int(12)); // cut inside the addresses: ip.dst (or both) absent
+  if (r < 0.08) return f.slice(0, 14 + 40 + rng.int(6)); // IPv6 cut inside the destination
+  return f;
+}
+
+describe('lazy lookups', () => {
+  const rng = new Rng(9_125);
+  const frames = Array.from({ length: 2000 }, () => randomFrame(rng));
+
+  it('give the verdicts, blocking rules and per-rule hits of eager lookups, with fewer lookups', () => {
+    let lazyLookups = 0;
+    let eagerLookups = 0;
+    let dropped = 0;
+    for (let b = 0; b < 60; b++) {
+      const bundle = randomBundle(rng);
+      const lazy = new PacketPath(bundle, { table });
+      const eagerBundle = compileBundle({ account: toRuleset({ name: 'a', phase: 'network_transit', rules: bundle.rules.map((r) => r.rule) }), lists: tableLists(table) });
+      const eager = new PacketPath(eagerBundle, { table, lookups: 'eager' });
+      for (const [i, f] of frames.entries()) {
+        const x = lazy.process(f, 0, f.length, f.length, LINKTYPE.ETHERNET);
+        const y = eager.process(f, 0, f.length, f.length, LINKTYPE.ETHERNET);
+        if (x !== y || lazy.lastRule !== eager.lastRule) {
+          expect({ frame: i, dropped: x, rule: lazy.lastRule }, bundle.rules.map((r) => r.rule.expression).join(' | ')).toEqual({ frame: i, dropped: y, rule: eager.lastRule });
+        }
+        if (x) dropped++;
+      }
+      expect(Array.from(bundle.hitPackets)).toEqual(Array.from(eagerBundle.hitPackets));
+      lazyLookups += lazy.counters.lookups;
+      eagerLookups += eager.counters.lookups;
+    }
+    // The bundles match a fair share of the frames, and lazy lookups do fewer lookups.
+    expect(dropped).toBeGreaterThan(60 * frames.length * 0.1);
+    expect(lazyLookups).toBeLessThan(eagerLookups * 0.6);
+  });
+
+  it('look nothing up for rules that never get to an address field', () => {
+    const bundle = compileBundle({
+      account: toRuleset({ name: 'a', phase: 'network_transit', rules: [
+        { action: 'block', expression: 'tcp.dstport == 9999 and ip.src.country == "CN"' },
+        { action: 'block', expression: 'ip.dst.asnum == 64512 and ip.proto == "icmp"' },
+      ] }),
+      lists: tableLists(table),
+    });
+    const path = new PacketPath(bundle, { table });
+    for (const f of frames) path.process(f, 0, f.length, f.length, LINKTYPE.ETHERNET);
+    expect(path.counters.packets).toBe(frames.length);
+    expect(path.counters.lookups).toBe(0);
+  });
+
+  it('answer list reads from the list screen for addresses in no list', () => {
+    const bundle = compileBundle({
+      account: toRuleset({ name: 'a', phase: 'network_transit', rules: [{ action: 'block', expression: 'ip.src in $bad' }] }),
+      lists: tableLists(table),
+    });
+    const path = new PacketPath(bundle, { table });
+    // 16.x and 17.x /24s hold no list range: no lookup; 11.x is listed (lookup, dropped); 15.3.3.x may be (lookup: .4 is not, passed).
+    const frame = (src: string) => buildFrame({ ip: { version: 4, src, dst: '10.0.0.1', ttl: 9 }, l4: { kind: 'udp', srcPort: 1, dstPort: 2, payload: new Uint8Array(4) } });
+    for (const src of ['16.0.0.1', '17.9.9.9', '16.200.1.1']) expect(path.process(frame(src), 0, 46, 46, LINKTYPE.ETHERNET), src).toBe(false);
+    expect(path.counters.lookups).toBe(0);
+    // Both addresses of each frame are screened (the destination 10.0.0.1 is in no list either).
+    expect(path.counters.screened).toBe(6);
+    expect(path.process(frame('11.2.3.4'), 0, 46, 46, LINKTYPE.ETHERNET)).toBe(true);
+    expect(path.process(frame('15.3.3.4'), 0, 46, 46, LINKTYPE.ETHERNET)).toBe(false);
+    expect(path.counters.lookups).toBe(2);
+  });
+
+  it('allocate nothing: 2M frames through lazy lookups cause no garbage collection', async () => {
+    const bundle = compileBundle({
+      account: toRuleset({ name: 'a', phase: 'network_transit', rules: LOOKED_UP.map((expression) => ({ action: 'log', expression })) }),
+      lists: tableLists(table),
+    });
+    const path = new PacketPath(bundle, { table });
+    const run = (): void => {
+      for (const f of frames) path.process(f, 0, f.length, f.length, LINKTYPE.ETHERNET);
+    };
+    for (let r = 0; r < 20; r++) run();
+    const fewest = await fewestGcs(() => {
+      for (let r = 0; r < 300; r++) run();
+    });
+    expect(path.counters.lookups).toBeGreaterThan(0);
+    expect(fewest).toBe(0);
+  });
+});
