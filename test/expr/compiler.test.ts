@@ -140,13 +140,17 @@ describe('generated code', () => {
     return generate(r.tree!, new ConstantPool(), undefined);
   };
 
-  it('tests the cheap operands of and/or first (field loads before predicate calls), in written order otherwise', () => {
+  it('tests the cheap operands of and/or first (field loads before predicate calls), int equalities first among them, in written order otherwise', () => {
     const src = gen('ip.src.country matches "^C" and tcp.dstport == 22');
     expect(src.indexOf('=== 22')).toBeGreaterThan(-1);
     expect(src.indexOf('=== 22')).toBeLessThan(src.indexOf('K[0](c)'));
     const or = gen('ip.proto contains "gr" or tcp.flags.syn or tcp.dstport == 1');
-    expect(or.indexOf('B[')).toBeLessThan(or.indexOf('=== 1)'));
-    expect(or.indexOf('=== 1)')).toBeLessThan(or.indexOf('K[0](c)'));
+    expect(or.indexOf('=== 1)')).toBeLessThan(or.indexOf('B['));
+    expect(or.indexOf('B[')).toBeLessThan(or.indexOf('K[0](c)'));
+    const written = gen('tcp.flags.ack and ip.ttl < 9 and tcp.flags.syn');
+    const slot = (f: string) => S.field(f).slot;
+    expect(written.indexOf(`B[${slot('tcp.flags.ack')}]`)).toBeLessThan(written.indexOf(`I[${slot('ip.ttl')}]`));
+    expect(written.indexOf(`I[${slot('ip.ttl')}]`)).toBeLessThan(written.indexOf(`B[${slot('tcp.flags.syn')}]`));
   });
 
   it('decides small IPv4 sets inline as the closure predicate does, at every bound and for IPv6 and absent addresses', () => {
