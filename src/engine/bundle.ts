@@ -55,6 +55,9 @@ const SKIP_LEVEL = -2;
 
 type Chunk = (c: ExecutionContext, len: number) => number;
 
+/** Lazy group -> int slot -> literal ranges [lo, hi, ...], or null (see ConstantPool.lazyValues). */
+export type LazyValues = ReadonlyMap<number, ReadonlyMap<number, readonly number[]> | null>;
+
 /** The compiled, immutable evaluator of a bundle. Counters are its only mutable state. */
 export class Evaluator {
   /** Packets and bytes matched, per rule (indexes of `rules`). */
@@ -85,6 +88,12 @@ export class Evaluator {
     bytesRead: Iterable<string> = [],
     /** Runs of port rules compiled into one table read each (see portRun). */
     readonly portRuns = 0,
+    /**
+     * How the rules read each lazy group (ConstantPool.lazyValues): the
+     * literals they compare its fields with, or null when they read it
+     * otherwise; groups they never read are missing.
+     */
+    readonly lazyValues: LazyValues = new Map(),
   ) {
     this.hitPackets = counters.packets;
     this.hitBytes = counters.bytes;
@@ -161,7 +170,7 @@ export function compileBundle(input: BundleInput, codegen: { maxFunctionSource?:
     loggedCount: new Int32Array(1),
   };
   const run = generateBundle(rules, trees, levels, lists, counters, codegen.maxFunctionSource ?? MAX_FUNCTION_SOURCE);
-  return new Evaluator(Object.freeze(rules), run.run, run.functions, counters, run.bytesRead, run.portRuns);
+  return new Evaluator(Object.freeze(rules), run.run, run.functions, counters, run.bytesRead, run.portRuns, run.lazyValues);
 }
 
 // Runs a large bundle's chunks in order: a chunk's SKIP_LEVEL ends its level.
@@ -331,7 +340,7 @@ function generateBundle(
   lists: ListProvider,
   counters: Counters,
   max: number,
-): { run: Chunk; functions: number; bytesRead: Set<string>; portRuns: number } {
+): { run: Chunk; functions: number; bytesRead: Set<string>; portRuns: number; lazyValues: LazyValues } {
   // One pool for every function: each reads the constants it needs by index.
   const pool = new ConstantPool();
   const conds = rules.map((r, i) => (r.rule.enabled ? generate(trees[i]!, pool, lists) : null));
@@ -355,7 +364,7 @@ function generateBundle(
       }
       lines.push('}');
     });
-    return { run: compileFunction('bundle', 'LN[0] = 0;\n', lines.join('\n'), VERDICT_PASS, pool, counters), functions: 1, bytesRead, portRuns };
+    return { run: compileFunction('bundle', 'LN[0] = 0;\n', lines.join('\n'), VERDICT_PASS, pool, counters), functions: 1, bytesRead, portRuns, lazyValues: pool.lazyValues };
   }
   const chunks = levels.map(({ start, end }) => {
     const out: Chunk[] = [];
@@ -378,5 +387,5 @@ function generateBundle(
     flush(end - 1);
     return out;
   });
-  return { run: chunkDriver(chunks, counters.loggedCount), functions: chunks.reduce((n, c) => n + c.length, 0), bytesRead, portRuns: 0 };
+  return { run: chunkDriver(chunks, counters.loggedCount), functions: chunks.reduce((n, c) => n + c.length, 0), bytesRead, portRuns: 0, lazyValues: pool.lazyValues };
 }

@@ -27,6 +27,18 @@ export class ConstantPool {
    * producer can leave the bytes of the other keyed fields unwritten.
    */
   readonly bytesRead = new Set<string>();
+  /**
+   * How the generated tests read each lazy group (ExecutionContext.pending):
+   * group -> int slot -> the literal ranges [lo, hi, lo, hi, ...] its tests
+   * compare that slot with for equality or membership (`==`, `in`, keyed
+   * bytes `==`/`in`); null for a group some test reads otherwise (`!=`,
+   * ordering, bytes, closures). For a group whose reads are all such tests,
+   * an absent value and a value outside every range give every test the same
+   * answer, so a producer may write absent values without looking up an
+   * address whose value it knows to be outside them (the packet path's value
+   * screens).
+   */
+  readonly lazyValues = new Map<number, Map<number, number[]> | null>();
 
   /** Adds a constant and returns the code that reads it. */
   ref(v: unknown): string {
@@ -65,9 +77,45 @@ export function generate(node: Checked, pool: ConstantPool, lists: ListProvider 
       const test = generateTest(node, pool, lists);
       const groups = lazyGroups(node, lists);
       if (groups.length === 0) return test;
+      noteLazyValues(node, groups, pool);
       return '(' + groups.map((g) => `(PD[${int(g)}] === 0 || c.resolver.resolve(${int(g)})), `).join('') + test + ')';
     }
   }
+}
+
+// Records in pool.lazyValues how `node` reads the lazy `groups` (see ConstantPool.lazyValues).
+function noteLazyValues(node: Checked, groups: readonly number[], pool: ConstantPool): void {
+  const reads = literalReads(node);
+  for (const g of groups) {
+    const known = pool.lazyValues.get(g);
+    if (known === null) continue;
+    const mine = reads?.filter((r) => r.group === g) ?? [];
+    if (reads === null || mine.length === 0) {
+      pool.lazyValues.set(g, null);
+      continue;
+    }
+    const bySlot = known ?? new Map<number, number[]>();
+    for (const r of mine) bySlot.set(r.slot, [...(bySlot.get(r.slot) ?? []), ...r.ranges]);
+    pool.lazyValues.set(g, bySlot);
+  }
+}
+
+// The lazy slots a test compares with literals for equality or membership, and
+// those literals as ranges; null when the test reads a lazy field any other way.
+function literalReads(node: Checked): Array<{ group: number; slot: number; ranges: number[] }> | null {
+  if ((node.kind === 'int-cmp' || node.kind === 'int-in') && node.lhs.kind === 'field' && node.lhs.field.lazy >= 0) {
+    const f = node.lhs.field;
+    if (node.kind === 'int-cmp') return node.op === '==' ? [{ group: f.lazy, slot: f.slot, ranges: [node.value, node.value] }] : null;
+    const ranges: number[] = [];
+    for (let i = 0; i < node.set.size; i++) ranges.push(node.set.lo[i]!, node.set.hi[i]!);
+    return [{ group: f.lazy, slot: f.slot, ranges }];
+  }
+  if ((node.kind === 'bytes-cmp' && node.op === '==') || node.kind === 'bytes-in') {
+    const alts = literalKeys(node, node.kind === 'bytes-cmp' ? [node.value] : node.values);
+    if (alts === undefined) return null;
+    return alts.map((a) => ({ group: a.lazy, slot: a.slot, ranges: a.keys.flatMap((k) => [k, k]) }));
+  }
+  return null;
 }
 
 // The lazy groups a test reads, ascending.
@@ -290,8 +338,8 @@ type BytesTest = Extract<Checked, { kind: 'bytes-cmp' | 'bytes-in' }>;
 
 // The keys of `values` for each field `node` reads (a virtual any-of field
 // reads several), or undefined when a field has no key or a value no key.
-function literalKeys(node: BytesTest, values: readonly Uint8Array[]): Array<{ slot: number; keys: number[] }> | undefined {
-  const out: Array<{ slot: number; keys: number[] }> = [];
+function literalKeys(node: BytesTest, values: readonly Uint8Array[]): Array<{ slot: number; lazy: number; keys: number[] }> | undefined {
+  const out: Array<{ slot: number; lazy: number; keys: number[] }> = [];
   for (const f of node.field.anyOf ?? [node.field]) {
     if (f.key === null) return undefined;
     const keys: number[] = [];
@@ -300,7 +348,7 @@ function literalKeys(node: BytesTest, values: readonly Uint8Array[]): Array<{ sl
       if (!Number.isInteger(k) || k < 0) return undefined;
       keys.push(k);
     }
-    out.push({ slot: f.key.field.slot, keys });
+    out.push({ slot: f.key.field.slot, lazy: f.key.field.lazy, keys });
   }
   return out;
 }

@@ -4,7 +4,7 @@
 // it then reads are the resolver's. Without anything pending, nothing is asked.
 
 import { describe, expect, it } from 'vitest';
-import { check, compileGenerated, DEFAULT_LIMITS, parse, SchemeBuilder, shortBytesKey, type ExecutionContext } from '../../src/expr/index.js';
+import { check, compileGenerated, ConstantPool, DEFAULT_LIMITS, generate, parse, SchemeBuilder, shortBytesKey, type ExecutionContext } from '../../src/expr/index.js';
 
 const S = new SchemeBuilder()
   .field('port', 'int')
@@ -81,6 +81,23 @@ describe('lazy fields in generated code', () => {
       expect(f(hit.ctx), e).toBe(true);
       expect(hit.asked, e).toEqual([GEO]);
     }
+  });
+
+  it('records the literals a lazy group is compared with, or that it is read otherwise', () => {
+    const reads = (expression: string) => {
+      const r = check(parse(expression, DEFAULT_LIMITS), S, {});
+      const pool = new ConstantPool();
+      generate(r.tree!, pool, undefined);
+      return pool.lazyValues;
+    };
+    const key = (cc: string) => shortBytesKey(Buffer.from(cc), 0, cc.length);
+    expect(reads('geo.asn == 5 or geo.asn in {7..9 20}')).toEqual(new Map([[GEO, new Map([[slot('geo.asn'), [5, 5, 7, 9, 20, 20]]])]]));
+    expect(reads('not geo.cc in {"CN" "RU"} and port == 3')).toEqual(new Map([[GEO, new Map([[slot('geo.cc.key'), [key('CN'), key('CN'), key('RU'), key('RU')]]])]]));
+    expect(reads('geo.asn == 5 and other.asn == 7').get(OTHER)).toEqual(new Map([[slot('other.asn'), [7, 7]]]));
+    for (const other of ['geo.asn != 5', 'geo.asn > 5', 'geo.cc contains "N"', 'geo.cc == "LONGCODE"', 'geo.cc != "CN"', 'geo.cc < "M"']) {
+      expect(reads(`geo.asn == 1 or ${other}`).get(GEO), other).toBeNull();
+    }
+    expect(reads('port == 1').size).toBe(0);
   });
 
   it('asks nothing when nothing is pending', () => {
