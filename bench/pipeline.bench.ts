@@ -4,7 +4,8 @@
 // three lists of 100,000 prefixes, and GeoIP country and ASN lookups on both
 // addresses (synthetic databases of realistic size). In the same run, on the
 // same file, it measures:
-//   * Moat: read the file, decode, look up, evaluate, count (what `moat replay` does);
+//   * Moat: read the file, decode, look up, evaluate, count (what `moat replay` does),
+//     with lazy lookups (the default) and with eager ones (every address looked up);
 //   * a bare loop that only walks the records (Moat's reader, no decoding): the I/O floor;
 //   * tcpdump -r with a BPF filter on a simpler rule, and Moat on that same rule;
 //   * tshark -Y with the ruleset's non-list rules translated (a display filter
@@ -135,8 +136,8 @@ function run(cmd: string, args: string[]): { seconds: number; ok: boolean; out: 
   return { seconds: Number(process.hrtime.bigint() - t0) / 1e9, ok: r.status === 0, out: r.stdout + r.stderr };
 }
 
-function moatPass(capture: string, path: PacketPath, limit = Infinity): { seconds: number; dropped: number; packets: number } {
-  path.counters.packets = path.counters.dropped = 0;
+function moatPass(capture: string, path: PacketPath, limit = Infinity): { seconds: number; dropped: number; packets: number; lookups: number } {
+  path.counters.packets = path.counters.dropped = path.counters.lookups = 0;
   const t0 = process.hrtime.bigint();
   const r = PcapReader.open(capture);
   let n = 0;
@@ -146,7 +147,7 @@ function moatPass(capture: string, path: PacketPath, limit = Infinity): { second
     n++;
   }
   r.close();
-  return { seconds: Number(process.hrtime.bigint() - t0) / 1e9, dropped: path.counters.dropped, packets: path.counters.packets };
+  return { seconds: Number(process.hrtime.bigint() - t0) / 1e9, dropped: path.counters.dropped, packets: path.counters.packets, lookups: path.counters.lookups };
 }
 
 const fmt = (pps: number) => `${(pps / 1e6).toFixed(3).padStart(9)} M packets/s`;
@@ -198,13 +199,21 @@ export function runPipelineBench(): void {
     }
     const bare = PACKETS / best;
 
+    // Lazy lookups (the default: an address is looked up when a rule reads its
+    // country, AS number or lists and the screens cannot answer), and eager ones
+    // (both addresses of every packet, before the rules), alternating.
     const path = new PacketPath(full.evaluator, { table: full.table });
-    let moat = { seconds: Infinity, dropped: 0, packets: 0 };
+    const eagerPath = new PacketPath(full.evaluator, { table: full.table, lookups: 'eager' });
+    let moat = { seconds: Infinity, dropped: 0, packets: 0, lookups: 0 };
+    let eager = { seconds: Infinity, dropped: 0, packets: 0, lookups: 0 };
     for (let round = 0; round < 3; round++) {
       const m = moatPass(capture, path);
       if (m.seconds < moat.seconds) moat = m;
+      const e = moatPass(capture, eagerPath);
+      if (e.seconds < eager.seconds) eager = e;
     }
     const moatPps = PACKETS / moat.seconds;
+    if (eager.dropped !== moat.dropped) throw new Error(`eager lookups dropped ${eager.dropped} packets, lazy ones ${moat.dropped}`);
 
     const simple = loadBundle({ rules: [join(dir, 'simple.json')] });
     const simplePath = new PacketPath(simple.evaluator, {});
@@ -215,7 +224,8 @@ export function runPipelineBench(): void {
     }
 
     console.log(`bare record walk (Moat reader, I/O floor)  ${fmt(bare)}`);
-    console.log(`Moat, 50 rules + lists + GeoIP             ${fmt(moatPps)}  (${moat.dropped.toLocaleString('en-US')} dropped; ${(moat.seconds * 1e9 / PACKETS).toFixed(0)} ns/packet; ${(moatPps / bare * 100).toFixed(0)}% of the walk rate)`);
+    console.log(`Moat, 50 rules + lists + GeoIP             ${fmt(moatPps)}  (${moat.dropped.toLocaleString('en-US')} dropped; ${(moat.seconds * 1e9 / PACKETS).toFixed(0)} ns/packet; ${(moatPps / bare * 100).toFixed(0)}% of the walk rate; ${(moat.lookups / PACKETS).toFixed(2)} table lookups/packet)`);
+    console.log(`Moat, same, eager lookups                  ${fmt(PACKETS / eager.seconds)}  (${(eager.seconds * 1e9 / PACKETS).toFixed(0)} ns/packet; ${(eager.lookups / PACKETS).toFixed(2)} table lookups/packet)`);
     console.log(`Moat, simple rule                          ${fmt(PACKETS / simpleBest.seconds)}  (${simpleBest.dropped.toLocaleString('en-US')} dropped)`);
 
     const bpf = '(tcp dst port 22 or tcp dst port 23 or tcp dst port 3389) or src net 10.0.0.0/8';
