@@ -41,6 +41,12 @@ export function daemonMetrics(d: Daemon): Registry {
   counter('moat_damaged_packets_total', 'IP packets judged although truncated or malformed.', ['interface'], (set) => {
     for (const p of d.ports) set({ interface: p.name }, p.counters.damaged);
   });
+  counter('moat_address_lookups_total', 'Address reads for countries, AS numbers and lists: looked up in the table, or answered by a screen.', ['interface', 'result'], (set) => {
+    for (const p of d.ports) {
+      set({ interface: p.name, result: 'lookup' }, p.counters.lookups);
+      set({ interface: p.name, result: 'screened' }, p.counters.screened);
+    }
+  });
   counter('moat_packet_errors_total', 'Packets whose evaluation threw (handled per onError).', [], (set) => set({}, d.packetErrors));
   counter('moat_rule_hits_total', 'Packets matched per rule of the running ruleset version.', ['ruleset', 'rule', 'action'], (set) => {
     const ev = d.evaluator;

@@ -134,6 +134,8 @@ describe.runIf(RUN)('moat daemon inline between two namespaces', () => {
     expect(metric(m, 'moat_packets_total', `interface="${topo.gateway.portA}",verdict="pass"`)).toBeGreaterThan(0);
     expect(metric(m, 'moat_rule_hits_total', 'ruleset="account",rule="block-9999",action="block"')).toBeGreaterThan(0);
     expect(metric(m, 'moat_rule_hits_total', 'ruleset="account",rule="block-gb",action="block"')).toBeGreaterThan(0);
+    // The country and list rules looked addresses up (the blocked source of the country test, at least).
+    expect(metric(m, 'moat_address_lookups_total', `interface="${topo.gateway.portA}",result="lookup"`)).toBeGreaterThan(0);
     expect(metric(m, 'moat_up', '')).toBe(1);
   }, 30_000);
 
