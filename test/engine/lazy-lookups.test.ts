@@ -7,37 +7,16 @@
 
 import { describe, expect, it } from 'vitest';
 import { compileBundle, PacketPath, tableLists, toRuleset } from '../../src/engine/index.js';
-import { AddressTable, rangeListFromStrings } from '../../src/net/index.js';
 import { LINKTYPE } from '../../src/packet/index.js';
 import { fewestGcs } from '../support/gc.js';
+import { geoByEightTable } from '../support/geo-by-eight.js';
 import { buildFrame, TCP, type FrameSpec } from '../support/packet-builder.js';
 import { Rng } from '../support/random.js';
 
-// Countries and AS numbers by /8 (10-19 -> country i-10, ASN 64510+i-10); IPv6 2001:db8::/32 is "RU".
-const first: number[] = [];
-const last: number[] = [];
-const values: number[] = [];
-for (let i = 10; i < 20; i++) {
-  first.push(i * 2 ** 24);
-  last.push(i * 2 ** 24 + 2 ** 24 - 1);
-  values.push(i - 10);
-}
-const table = AddressTable.build({
-  country: {
-    codes: ['CN', 'RU', 'KP', 'IR', 'SY', 'CU', 'VE', 'BY', 'MM', 'SD'],
-    v4First: Uint32Array.from(first), v4Last: Uint32Array.from(last), v4Value: Int32Array.from(values),
-    v6First: Uint32Array.from([0x20010db8, 0, 0, 0]), v6Last: Uint32Array.from([0x20010db8, 0xffffffff, 0xffffffff, 0xffffffff]), v6Value: Int32Array.from([1]),
-    v6Aliases: [],
-  },
-  asn: {
-    v4First: Uint32Array.from(first), v4Last: Uint32Array.from(last), v4Value: Int32Array.from(values.map((v) => 64510 + v)),
-    v6First: new Uint32Array(0), v6Last: new Uint32Array(0), v6Value: new Int32Array(0),
-    v6Aliases: [],
-  },
-  lists: [
-    { name: 'bad', ranges: rangeListFromStrings(['11.0.0.0/9', '12.1.2.0/24', '15.3.3.3', '2001:db8::/48']) },
-    { name: 'office', ranges: rangeListFromStrings(['13.0.0.0/10', '14.5.0.0/16', '12.1.2.128/25']) },
-  ],
+// Countries and AS numbers by /8 (see geoByEightTable), two lists.
+const table = geoByEightTable({
+  bad: ['11.0.0.0/9', '12.1.2.0/24', '15.3.3.3', '2001:db8::/48'],
+  office: ['13.0.0.0/10', '14.5.0.0/16', '12.1.2.128/25'],
 });
 
 // Tests that read the looked-up fields, in every form the compiler has (keyed
