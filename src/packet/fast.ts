@@ -13,6 +13,7 @@
 import type { ExecutionContext } from '../expr/index.js';
 import type { DecodePlan } from './plan.js';
 import * as SLOTS from './slots.js';
+import { setTcpFlags } from './transport.js';
 import type { PacketInfo } from './view.js';
 import * as VIEW from './view.js';
 import { checkCopies } from './literal.js';
@@ -25,23 +26,11 @@ const IP_PROTO_NUMBER = 15;
 const IP_SRC = 0;
 const IP_TTL = 2;
 const TCP_DSTPORT = 7;
-const TCP_FLAGS = 8;
-const TCP_FLAG_ACK = 4;
-const TCP_FLAG_CWR = 7;
-const TCP_FLAG_ECE = 6;
-const TCP_FLAG_FIN = 0;
-const TCP_FLAG_PSH = 3;
-const TCP_FLAG_RST = 2;
-const TCP_FLAG_SYN = 1;
-const TCP_FLAG_URG = 5;
 const TCP_SRCPORT = 6;
 const UDP_DSTPORT = 10;
 const UDP_SRCPORT = 9;
 const ST_IP = 1;
-checkCopies('packet/fast', SLOTS, {
-  IP_DST, IP_HDR_LEN, IP_LEN, IP_PROTO_NUMBER, IP_SRC, IP_TTL, TCP_DSTPORT, TCP_FLAGS, TCP_FLAG_ACK, TCP_FLAG_CWR, TCP_FLAG_ECE,
-  TCP_FLAG_FIN, TCP_FLAG_PSH, TCP_FLAG_RST, TCP_FLAG_SYN, TCP_FLAG_URG, TCP_SRCPORT, UDP_DSTPORT, UDP_SRCPORT,
-});
+checkCopies('packet/fast', SLOTS, { IP_DST, IP_HDR_LEN, IP_LEN, IP_PROTO_NUMBER, IP_SRC, IP_TTL, TCP_DSTPORT, TCP_SRCPORT, UDP_DSTPORT, UDP_SRCPORT });
 checkCopies('packet/fast', VIEW, { ST_IP });
 if (IP_DST !== IP_SRC + 1) throw new Error('packet/fast: ip.dst must follow ip.src');
 
@@ -126,17 +115,7 @@ export function decodeFast(buf: Uint8Array, off: number, caplen: number, ctx: Ex
     if (plan.tcp) {
       ints[TCP_SRCPORT] = (buf[l4]! << 8) | buf[l4 + 1]!;
       ints[TCP_DSTPORT] = (buf[l4 + 2]! << 8) | buf[l4 + 3]!;
-      const f = buf[l4 + 13]!;
-      ints[TCP_FLAGS] = f;
-      const b = ctx.bools;
-      b[TCP_FLAG_FIN] = f & 1;
-      b[TCP_FLAG_SYN] = (f >>> 1) & 1;
-      b[TCP_FLAG_RST] = (f >>> 2) & 1;
-      b[TCP_FLAG_PSH] = (f >>> 3) & 1;
-      b[TCP_FLAG_ACK] = (f >>> 4) & 1;
-      b[TCP_FLAG_URG] = (f >>> 5) & 1;
-      b[TCP_FLAG_ECE] = (f >>> 6) & 1;
-      b[TCP_FLAG_CWR] = f >>> 7;
+      setTcpFlags(ctx, buf[l4 + 13]!);
     }
   } else if (plan.udp) {
     ints[UDP_SRCPORT] = (buf[l4]! << 8) | buf[l4 + 1]!;

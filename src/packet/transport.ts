@@ -48,18 +48,22 @@ export function decodeTcp(buf: Uint8Array, off: number, end: number, ctx: Execut
   if (n >= 14) {
     // RFC 9293 §3.1: data offset below 5 words is invalid; the fixed fields are still read.
     if (buf[off + 12]! >>> 4 < 5) info.status |= ST_MALFORMED;
-    const f = buf[off + 13]!;
-    ctx.ints[TCP_FLAGS] = f;
-    const b = ctx.bools;
-    b[TCP_FLAG_FIN] = f & 1;
-    b[TCP_FLAG_SYN] = (f >>> 1) & 1;
-    b[TCP_FLAG_RST] = (f >>> 2) & 1;
-    b[TCP_FLAG_PSH] = (f >>> 3) & 1;
-    b[TCP_FLAG_ACK] = (f >>> 4) & 1;
-    b[TCP_FLAG_URG] = (f >>> 5) & 1;
-    b[TCP_FLAG_ECE] = (f >>> 6) & 1;
-    b[TCP_FLAG_CWR] = f >>> 7;
+    setTcpFlags(ctx, buf[off + 13]!);
   }
+}
+
+/** Writes tcp.flags = `f` and the eight flag fields. */
+export function setTcpFlags(ctx: ExecutionContext, f: number): void {
+  ctx.ints[TCP_FLAGS] = f;
+  const b = ctx.bools;
+  b[TCP_FLAG_FIN] = f & 1;
+  b[TCP_FLAG_SYN] = (f >>> 1) & 1;
+  b[TCP_FLAG_RST] = (f >>> 2) & 1;
+  b[TCP_FLAG_PSH] = (f >>> 3) & 1;
+  b[TCP_FLAG_ACK] = (f >>> 4) & 1;
+  b[TCP_FLAG_URG] = (f >>> 5) & 1;
+  b[TCP_FLAG_ECE] = (f >>> 6) & 1;
+  b[TCP_FLAG_CWR] = f >>> 7;
 }
 
 /** Decodes a UDP header at `off`. */
