@@ -202,7 +202,30 @@ function generateTest(node: Checked, pool: ConstantPool, lists: ListProvider | u
           terms.push(lo === hi ? `A4[${s}] === ${lo}` : `(A4[${s}] >= ${lo} && A4[${s}] <= ${hi})`);
         }
         const v4 = terms.length === 0 ? 'false' : `(${terms.join(' || ')})`;
-        const v6 = node.set.v6.count === 0 ? 'false' : `${pool.ref(compileChecked(node, lists))}(c)`;
+        const six = node.set.v6;
+        let v6: string;
+        if (six.count === 0) v6 = 'false';
+        else if (six.count <= 4) {
+          // A few IPv6 ranges inline too, as comparisons word by word from the
+          // first, instead of a predicate call (measured on
+          // `ip.src in {192.0.2.0/24 198.51.100.0/24 2001:db8::/32}`, the
+          // pipeline benchmark's last rule, over 1,024 IPv6 contexts: 28-37 ->
+          // 12-15 ns per evaluation).
+          const o = node.field.slot * 4;
+          const b = six.bounds;
+          const ranges: string[] = [];
+          for (let i = 0; i < six.count; i++) {
+            const lo = Array.from(b.subarray(i * 8, i * 8 + 4));
+            const hi = Array.from(b.subarray(i * 8 + 4, i * 8 + 8));
+            if (lo.every((x, k) => x === hi[k])) {
+              ranges.push(`(${lo.map((x, k) => `A6[${int(o + k)}] === ${num(x)}`).join(' && ')})`);
+              continue;
+            }
+            const parts = [wordsFrom(o, lo, 0, '>', 0), wordsFrom(o, hi, 0, '<', 0xffffffff)].filter((t) => t !== 'true');
+            ranges.push(parts.length === 0 ? 'true' : `(${parts.join(' && ')})`);
+          }
+          v6 = `(${ranges.join(' || ')})`;
+        } else v6 = `${pool.ref(compileChecked(node, lists))}(c)`;
         return `(F[${s}] === 4 ? ${v4} : F[${s}] === 6 && ${v6})`;
       }
       if (node.kind === 'int-in' && node.lhs.kind === 'field') {
@@ -247,6 +270,18 @@ function generateTest(node: Checked, pool: ConstantPool, lists: ListProvider | u
       return `${pool.ref(compileChecked(node, lists))}(c)`;
     }
   }
+}
+
+// The IPv6 address at A6[o..o+3] compared with the bound `w` from word k on:
+// `op` '>' tests address >= w, '<' tests address <= w. Words past k that are
+// all `pad` (0 for a lower bound, 0xffffffff for an upper one) need no test.
+function wordsFrom(o: number, w: readonly number[], k: number, op: '>' | '<', pad: number): string {
+  if (w.slice(k).every((x) => x === pad)) return 'true';
+  const a = `A6[${int(o + k)}]`;
+  const x = num(w[k]!);
+  const rest = k === 3 ? 'true' : wordsFrom(o, w, k + 1, op, pad);
+  if (rest === 'true') return `${a} ${op}= ${x}`;
+  return `(${a} ${op} ${x} || (${a} === ${x} && ${rest}))`;
 }
 
 // Cost of a test in the generated code, roughly in loads: a comparison of a

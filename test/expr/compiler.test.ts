@@ -2,6 +2,7 @@
 // keys, bit slicing) give the same answers at their edges as the plain meaning.
 import { describe, expect, it } from 'vitest';
 import { check, compileChecked, compileExpression, compileGenerated, ConstantPool, DEFAULT_LIMITS, generate, parse } from '../../src/expr/index.js';
+import { formatIpv6, parseIp } from '../../src/net/index.js';
 import { TRANSIT_SCHEME as S } from '../../src/packet/index.js';
 import { PROTO_NAMES } from '../../src/packet/constants.js';
 import { fewestGcs } from '../support/gc.js';
@@ -164,6 +165,41 @@ describe('generated code', () => {
       for (const ip of [...ips, null]) {
         ctx.reset();
         if (ip !== null) ctx.setIp(S.field('ip.src').slot, ip);
+        expect(fast(ctx), `${e} / ${ip}`).toBe(slow(ctx));
+      }
+    }
+  });
+
+  it('decides small IPv6 sets inline as the closure predicate does, at every bound, word by word', () => {
+    const sets = [
+      'ip.src in {2001:db8::/32}', 'ip.src in {::1 2001:db8::5..2001:db8::1:0 2001:db8:0:0:1::/80}', 'ip.src in {::/0}',
+      'ip.src in {2001:db8:ffff:ffff::/64 2001:db8:0:1::..2001:db8:0:2::ffff 10.0.0.0/8}', 'ip.dst in {fe80::/10 ::ffff:0:0/96}',
+    ];
+    const near = (text: string) => {
+      // The address and its neighbours at every word: -1 and +1 of each 32-bit word (with borrow and carry ignored: still valid addresses).
+      const w = parseIp(text)!.words;
+      const out = [text];
+      for (let k = 0; k < 4; k++) {
+        for (const d of [-1, 1]) {
+          const x = [...w];
+          x[k] = (x[k]! + d) >>> 0;
+          out.push(formatIpv6(x[0]!, x[1]!, x[2]!, x[3]!));
+        }
+      }
+      return out;
+    };
+    const ips = ['::', '::1', '::2', '2001:db8::', '2001:db8::4', '2001:db8::5', '2001:db8::1:0', '2001:db8::1:1', '2001:db8:0:0:1::', '2001:db8:0:0:1:ffff:ffff:ffff',
+      '2001:db8:0:0:2::', '2001:db8:ffff:ffff::', '2001:db8:ffff:ffff:ffff:ffff:ffff:ffff', '2001:db8:0:1::', '2001:db8:0:2::ffff', '2001:db8:0:2::1:0', 'fe80::1', 'febf:ffff::', 'fec0::',
+      '::ffff:1.2.3.4', '::fffe:ffff:ffff', 'ffff:ffff:ffff:ffff:ffff:ffff:ffff:ffff'].flatMap(near);
+    for (const e of sets) {
+      const r = check(parse(e, DEFAULT_LIMITS), S, {});
+      const fast = compileGenerated(r.tree!, undefined);
+      const slow = compileChecked(r.tree!, undefined);
+      expect(gen(e), e).not.toContain('(c)'); // no predicate call
+      const slot = S.field(e.startsWith('ip.dst') ? 'ip.dst' : 'ip.src').slot;
+      for (const ip of [...ips, '10.1.2.3', null]) {
+        ctx.reset();
+        if (ip !== null) ctx.setIp(slot, ip);
         expect(fast(ctx), `${e} / ${ip}`).toBe(slow(ctx));
       }
     }
