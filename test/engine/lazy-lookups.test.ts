@@ -156,6 +156,31 @@ describe('lazy lookups', () => {
     expect(plain.counters.lookups).toBe(1);
   });
 
+  it('answer IPv6 addresses in GeoIP alias prefixes (::ffff:0:0/96, 6to4) as eager lookups do, value screens and all', () => {
+    const aliased = geoByEightTable({ bad: ['10.0.0.0/8'] }, [{ prefix: [0, 0, 0xffff, 0], length: 96 }, { prefix: [0x20020000, 0, 0, 0], length: 16 }]);
+    const rules = [
+      { action: 'block', expression: 'ip.src.country in {"CN" "SY"} and tcp.dstport == 22' },
+      { action: 'block', expression: 'ip.dst.asnum == 64512' },
+      { action: 'log', expression: 'ip.src in $bad' },
+    ];
+    const compile = () => compileBundle({ account: toRuleset({ name: 'a', phase: 'network_transit', rules }), lists: tableLists(aliased) });
+    const lazy = new PacketPath(compile(), { table: aliased });
+    const eager = new PacketPath(compile(), { table: aliased, lookups: 'eager' });
+    // 10.x is CN, 14.x SY, 12.x AS 64512; 2002:0e01:0203:: embeds 14.1.2.3 and 2002:0c00:0001:: 12.0.0.1.
+    const addrs = ['::ffff:10.1.2.3', '::ffff:16.1.2.3', '2002:e01:203::1', '2002:1001:203::1', '2002:c00:1::9', '2001:db8::1', '2400::1'];
+    let blocked = 0;
+    for (const src of addrs) {
+      for (const dst of addrs) {
+        const f = buildFrame({ ip: { version: 6, src, dst, hopLimit: 9 }, l4: { kind: 'tcp', srcPort: 1, dstPort: 22, flags: TCP.SYN } });
+        const x = lazy.process(f, 0, f.length, f.length, LINKTYPE.ETHERNET);
+        expect({ src, dst, dropped: x, rule: lazy.lastRule }).toEqual({ src, dst, dropped: eager.process(f, 0, f.length, f.length, LINKTYPE.ETHERNET), rule: eager.lastRule });
+        if (x) blocked++;
+      }
+    }
+    // Sources ::ffff:10.1.2.3 and 2002:e01:203::1 (7 destinations each), and destination 2002:c00:1::9 from the 5 other sources.
+    expect(blocked).toBe(2 * 7 + 5);
+  });
+
   it('allocate nothing: 2M frames through lazy lookups cause no garbage collection', async () => {
     const bundle = compileBundle({
       account: toRuleset({ name: 'a', phase: 'network_transit', rules: LOOKED_UP.map((expression) => ({ action: 'log', expression })) }),
