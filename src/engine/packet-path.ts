@@ -5,7 +5,7 @@
 
 import { shortBytesKey, type ExecutionContext, type LazyResolver, type ListProvider } from '../expr/index.js';
 import * as NET from '../net/index.js';
-import type { AddressTable } from '../net/index.js';
+import { inRanges, screenHas, type AddressTable } from '../net/index.js';
 import {
   clearDecoded, decode, FIELD_SLOTS as F, PacketInfo, TRANSIT_SCHEME,
 } from '../packet/index.js';
@@ -155,12 +155,6 @@ export function tableLists(table: AddressTable): ListProvider {
 }
 
 const encoder = new TextEncoder();
-
-// Whether `v` lies in one of the inclusive ranges [lo, hi, lo, hi, ...] (NaN never does).
-function inRanges(ranges: readonly number[], v: number): boolean {
-  for (let i = 0; i < ranges.length; i += 2) if (v >= ranges[i]! && v <= ranges[i + 1]!) return true;
-  return false;
-}
 
 /**
  * Decodes, enriches and evaluates frames against one compiled bundle.
@@ -456,13 +450,9 @@ export class PacketPath implements LazyResolver {
     if (fam !== 0 && (group === LAZY_SRC_GEO || group === LAZY_DST_GEO)) {
       const screen = this.geoScreens[(src ? 0 : 2) + (fam === 6 ? 1 : 0)]!;
       const w = fam === 4 ? ctx.ip4[ipSlot]! : ctx.ip6[ipSlot * 4]!;
-      if (screen !== null && ((screen[w >>> 13]! >>> ((w >>> 8) & 31)) & 1) === 0) {
+      if (screen !== null && !screenHas(screen, w)) {
         // No literal the rules compare with: absent values answer every test as the address's would.
-        const ints = ctx.ints;
-        ints[src ? IP_SRC_COUNTRY_KEY : IP_DST_COUNTRY_KEY] = NaN;
-        ints[src ? IP_SRC_ASNUM : IP_DST_ASNUM] = NaN;
-        ctx.bytesBuf[src ? IP_SRC_COUNTRY : IP_DST_COUNTRY] = null;
-        ctx.bytesText[src ? IP_SRC_COUNTRY : IP_DST_COUNTRY] = null;
+        this.absentGeo(src);
         p[group] = 0;
         this.counters.v[C_SCREENED]++;
         return;
@@ -494,11 +484,15 @@ export class PacketPath implements LazyResolver {
 
   // Marks the enriched fields of one address absent.
   private absent(src: boolean): void {
+    this.absentGeo(src);
+    this.ctx.ints[src ? IP_SRC_LISTS : IP_DST_LISTS] = NaN;
+  }
+
+  // Marks the country and AS number of one address absent.
+  private absentGeo(src: boolean): void {
     const ctx = this.ctx;
-    const ints = ctx.ints;
-    ints[src ? IP_SRC_COUNTRY_KEY : IP_DST_COUNTRY_KEY] = NaN;
-    ints[src ? IP_SRC_ASNUM : IP_DST_ASNUM] = NaN;
-    ints[src ? IP_SRC_LISTS : IP_DST_LISTS] = NaN;
+    ctx.ints[src ? IP_SRC_COUNTRY_KEY : IP_DST_COUNTRY_KEY] = NaN;
+    ctx.ints[src ? IP_SRC_ASNUM : IP_DST_ASNUM] = NaN;
     const countrySlot = src ? IP_SRC_COUNTRY : IP_DST_COUNTRY;
     ctx.bytesBuf[countrySlot] = null;
     ctx.bytesText[countrySlot] = null;

@@ -303,7 +303,7 @@ export class AddressTable {
    */
   mayBeListed4(addr: number): boolean {
     const s = this.listScreen4;
-    return s !== null && ((s[addr >>> 13]! >>> ((addr >>> 8) & 31)) & 1) === 1;
+    return s !== null && screenHas(s, addr);
   }
 
   /**
@@ -324,13 +324,9 @@ export class AddressTable {
     if (known !== undefined) return known;
     const rec = family === 4 ? this.rec4 : this.rec6;
     const accepted = new Uint8Array(rec.length / 4);
-    const inAsns = (a: number): boolean => {
-      for (let i = 0; i < asns.length; i += 2) if (a >= asns[i]! && a <= asns[i + 1]!) return true;
-      return false;
-    };
     for (let r = 0; r < accepted.length; r++) {
       const o = r * 4;
-      accepted[r] = countries.includes(rec[o + REC_COUNTRY]!) || (rec[o + REC_HAS_ASN] === 1 && inAsns(rec[o + REC_ASN]! >>> 0)) ? 1 : 0;
+      accepted[r] = countries.includes(rec[o + REC_COUNTRY]!) || (rec[o + REC_HAS_ASN] === 1 && inRanges(asns, rec[o + REC_ASN]! >>> 0)) ? 1 : 0;
     }
     const screen = new Uint32Array(1 << 19);
     if (family === 4) {
@@ -360,7 +356,7 @@ export class AddressTable {
   /** mayBeListed4 for an IPv6 address, of which only the first word `w0` counts. */
   mayBeListed6(w0: number): boolean {
     const s = this.listScreen6;
-    return s !== null && ((s[w0 >>> 13]! >>> ((w0 >>> 8) & 31)) & 1) === 1;
+    return s !== null && screenHas(s, w0);
   }
 
   /** The record of the IPv6 address w0..w3: index into country6, asn6 and lists6. */
@@ -564,6 +560,17 @@ function listScreen(lists: readonly IpRangeList[], words: 1 | 4): Uint32Array | 
     }
   }
   return screen;
+}
+
+/** The bit of a screen (listScreen4, valueScreen...) for the address whose first (or only) word is `w`. */
+export function screenHas(screen: Uint32Array, w: number): boolean {
+  return ((screen[w >>> 13]! >>> ((w >>> 8) & 31)) & 1) === 1;
+}
+
+/** Whether `v` lies in one of the inclusive ranges [lo, hi, lo, hi, ...] (NaN never does). */
+export function inRanges(ranges: readonly number[], v: number): boolean {
+  for (let i = 0; i < ranges.length; i += 2) if (v >= ranges[i]! && v <= ranges[i + 1]!) return true;
+  return false;
 }
 
 // Sets bits lo..hi (inclusive) of a bitmap of uint32 words.

@@ -23,7 +23,7 @@ export {
   emptyRangeList,
   type IpRangeList,
 } from './list-file.js';
-export { AddressTable, MAX_LISTS, REC_ASN, REC_COUNTRY, REC_HAS_ASN, REC_LISTS, type AddressTableInput, type AddressTableList } from './address-table.js';
+export { AddressTable, inRanges, MAX_LISTS, REC_ASN, REC_COUNTRY, REC_HAS_ASN, REC_LISTS, screenHas, type AddressTableInput, type AddressTableList } from './address-table.js';
 export {
   GEO_NONE,
   asnOfValue,

@@ -239,27 +239,18 @@ export function registerLists(api: FastifyInstance, ctx: ApiContext): void {
 
   // The three item writes answer 200 with the operation id (the SDK accepts any
   // 2xx; Cloudflare itself answers 200), after the whole body has been checked.
-  api.post(`${base}/:list_id/items`, async (req) => {
-    const { accountId, params } = scope(req);
-    lists.getOrThrow(accountId, params.list_id);
-    const id = lists.enqueue(accountId, params.list_id, 'append', parseItems(req.body));
-    runner.wake();
-    return ok({ operation_id: id });
-  });
-
-  api.put(`${base}/:list_id/items`, async (req) => {
-    const { accountId, params } = scope(req);
-    lists.getOrThrow(accountId, params.list_id);
-    const id = lists.enqueue(accountId, params.list_id, 'replace', parseItems(req.body));
-    runner.wake();
-    return ok({ operation_id: id });
-  });
-
-  api.delete(`${base}/:list_id/items`, async (req) => {
-    const { accountId, params } = scope(req);
-    lists.getOrThrow(accountId, params.list_id);
-    const id = lists.enqueue(accountId, params.list_id, 'delete', parseDeleteIds(req.body));
-    runner.wake();
-    return ok({ operation_id: id });
-  });
+  const writes = [['POST', 'append', parseItems], ['PUT', 'replace', parseItems], ['DELETE', 'delete', parseDeleteIds]] as const;
+  for (const [method, op, parse] of writes) {
+    api.route({
+      method,
+      url: `${base}/:list_id/items`,
+      handler: async (req) => {
+        const { accountId, params } = scope(req);
+        lists.getOrThrow(accountId, params.list_id);
+        const id = lists.enqueue(accountId, params.list_id, op, parse(req.body));
+        runner.wake();
+        return ok({ operation_id: id });
+      },
+    });
+  }
 }
