@@ -5,7 +5,9 @@
 // addresses (synthetic databases of realistic size). In the same run, on the
 // same file, it measures:
 //   * Moat: read the file, decode, look up, evaluate, count (what `moat replay` does),
-//     with lazy lookups (the default) and with eager ones (every address looked up);
+//     with lazy lookups and packet programs (the defaults), without packet
+//     programs (every frame decoded into a context, then the rules), and with
+//     eager lookups (every address looked up);
 //   * a bare loop that only walks the records (Moat's reader, no decoding): the I/O floor;
 //   * tcpdump -r with a BPF filter on a simpler rule, and Moat on that same rule;
 //   * tshark -Y with the ruleset's non-list rules translated (a display filter
@@ -204,16 +206,21 @@ export function runPipelineBench(): void {
     // (both addresses of every packet, before the rules), alternating.
     const path = new PacketPath(full.evaluator, { table: full.table });
     const eagerPath = new PacketPath(full.evaluator, { table: full.table, lookups: 'eager' });
+    const noProgramPath = new PacketPath(full.evaluator, { table: full.table, programs: false });
     let moat = { seconds: Infinity, dropped: 0, packets: 0, lookups: 0 };
     let eager = { seconds: Infinity, dropped: 0, packets: 0, lookups: 0 };
+    let noProgram = { seconds: Infinity, dropped: 0, packets: 0, lookups: 0 };
     for (let round = 0; round < 3; round++) {
       const m = moatPass(capture, path);
       if (m.seconds < moat.seconds) moat = m;
+      const p = moatPass(capture, noProgramPath);
+      if (p.seconds < noProgram.seconds) noProgram = p;
       const e = moatPass(capture, eagerPath);
       if (e.seconds < eager.seconds) eager = e;
     }
     const moatPps = PACKETS / moat.seconds;
     if (eager.dropped !== moat.dropped) throw new Error(`eager lookups dropped ${eager.dropped} packets, lazy ones ${moat.dropped}`);
+    if (noProgram.dropped !== moat.dropped) throw new Error(`without packet programs ${noProgram.dropped} packets were dropped, with them ${moat.dropped}`);
 
     const simple = loadBundle({ rules: [join(dir, 'simple.json')] });
     const simplePath = new PacketPath(simple.evaluator, {});
@@ -225,6 +232,7 @@ export function runPipelineBench(): void {
 
     console.log(`bare record walk (Moat reader, I/O floor)  ${fmt(bare)}`);
     console.log(`Moat, 50 rules + lists + GeoIP             ${fmt(moatPps)}  (${moat.dropped.toLocaleString('en-US')} dropped; ${(moat.seconds * 1e9 / PACKETS).toFixed(0)} ns/packet; ${(moatPps / bare * 100).toFixed(0)}% of the walk rate; ${(moat.lookups / PACKETS).toFixed(2)} table lookups/packet)`);
+    console.log(`Moat, same, without packet programs        ${fmt(PACKETS / noProgram.seconds)}  (${(noProgram.seconds * 1e9 / PACKETS).toFixed(0)} ns/packet)`);
     console.log(`Moat, same, eager lookups                  ${fmt(PACKETS / eager.seconds)}  (${(eager.seconds * 1e9 / PACKETS).toFixed(0)} ns/packet; ${(eager.lookups / PACKETS).toFixed(2)} table lookups/packet)`);
     console.log(`Moat, simple rule                          ${fmt(PACKETS / simpleBest.seconds)}  (${simpleBest.dropped.toLocaleString('en-US')} dropped)`);
 

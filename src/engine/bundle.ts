@@ -9,6 +9,7 @@ import { MoatError } from '../errors/index.js';
 import { check, CODEGEN_LOCALS, ConstantPool, DEFAULT_LIMITS, generate, parse, type Limits, type ListProvider } from '../expr/index.js';
 import { planFor, TRANSIT_SCHEME, type DecodePlan } from '../packet/index.js';
 import type { ExecutionContext } from '../expr/index.js';
+import { packetProgramSource, PROGRAM_FRAME_TEST, type FieldLocal, type PacketProgram } from './fused.js';
 import { expandExecutes, type ExpandedFrom, type ManagedRulesets } from './managed.js';
 import type { Rule, Ruleset } from './ruleset.js';
 
@@ -94,6 +95,12 @@ export class Evaluator {
      * otherwise; groups they never read are missing.
      */
     readonly lazyValues: LazyValues = new Map(),
+    /**
+     * The bundle fused with the decoder's fast path (see fused.ts), for the
+     * frames that path takes; null for bundles in several functions or whose
+     * rules read what a program does not decode.
+     */
+    readonly program: PacketProgram | null = null,
   ) {
     this.hitPackets = counters.packets;
     this.hitBytes = counters.bytes;
@@ -170,7 +177,7 @@ export function compileBundle(input: BundleInput, codegen: { maxFunctionSource?:
     loggedCount: new Int32Array(1),
   };
   const run = generateBundle(rules, trees, levels, lists, counters, codegen.maxFunctionSource ?? MAX_FUNCTION_SOURCE);
-  return new Evaluator(Object.freeze(rules), run.run, run.functions, counters, run.bytesRead, run.portRuns, run.lazyValues);
+  return new Evaluator(Object.freeze(rules), run.run, run.functions, counters, run.bytesRead, run.portRuns, run.lazyValues, run.program);
 }
 
 // Runs a large bundle's chunks in order: a chunk's SKIP_LEVEL ends its level.
@@ -208,19 +215,19 @@ const LAZY_INT_SLOTS: ReadonlySet<string> = new Set(
 // times. The source is our own generated code (numbers only), so rewriting the
 // typed-array reads I[n], B[n], F[n] and A4[n] by pattern is exact. Lazy
 // fields keep their reads in place: they are valid only once resolved.
-function hoistFieldLoads(body: string): string {
-  const decls: string[] = [];
+function hoistFieldLoads(body: string): { locals: FieldLocal[]; body: string } {
+  const locals: FieldLocal[] = [];
   const seen = new Set<string>();
-  const out = body.replace(/\b(I|B|F|A4)\[(\d+)\]/g, (m, arr: string, n: string) => {
+  const out = body.replace(/\b(I|B|F|A4)\[(\d+)\]/g, (m, arr: FieldLocal['array'], n: string) => {
     if (arr === 'I' && LAZY_INT_SLOTS.has(n)) return m;
     const local = `${arr.toLowerCase()}_${n}`;
     if (!seen.has(local)) {
       seen.add(local);
-      decls.push(`${local} = ${arr}[${n}]`);
+      locals.push({ local, array: arr, slot: Number(n) });
     }
     return local;
   });
-  return decls.length === 0 ? out : `const ${decls.join(', ')};\n${out}`;
+  return { locals, body: out };
 }
 
 type Counters = { packets: Float64Array; bytes: Float64Array; logged: Int32Array; loggedCount: Int32Array };
@@ -247,9 +254,20 @@ function ruleLine(rule: Rule, i: number, cond: string, skip: string): string {
 }
 
 function compileFunction(name: string, prologue: string, body: string, end: number, pool: ConstantPool, counters: Counters): Chunk {
-  const source = `return function ${name}(c, len) {\n${prologue}${CODEGEN_LOCALS}\n${hoistFieldLoads(body)}\nreturn ${end};\n};`;
+  const h = hoistFieldLoads(body);
+  const decls = h.locals.length === 0 ? '' : `const ${h.locals.map((l) => `${l.local} = ${l.array}[${l.slot}]`).join(', ')};\n`;
+  const source = `return function ${name}(c, len) {\n${prologue}${CODEGEN_LOCALS}\n${decls}${h.body}\nreturn ${end};\n};`;
   const make = new Function('K', 'P', 'Y', 'LG', 'LN', source);
   return make(pool.values, counters.packets, counters.bytes, counters.logged, counters.loggedCount) as Chunk;
+}
+
+// The bundle's packet program (see fused.ts), or null when its code reads what a program does not provide.
+function compileProgram(prologue: string, body: string, end: number, pool: ConstantPool, counters: Counters): PacketProgram | null {
+  const h = hoistFieldLoads(body);
+  const source = packetProgramSource(h.locals, h.body, prologue, end);
+  if (source === null) return null;
+  const make = new Function('K', 'P', 'Y', 'LG', 'LN', 'FF', source);
+  return make(pool.values, counters.packets, counters.bytes, counters.logged, counters.loggedCount, PROGRAM_FRAME_TEST) as PacketProgram;
 }
 
 // Port dispatch. Rulesets often hold runs of block rules that each test one
@@ -340,7 +358,7 @@ function generateBundle(
   lists: ListProvider,
   counters: Counters,
   max: number,
-): { run: Chunk; functions: number; bytesRead: Set<string>; portRuns: number; lazyValues: LazyValues } {
+): { run: Chunk; program: PacketProgram | null; functions: number; bytesRead: Set<string>; portRuns: number; lazyValues: LazyValues } {
   // One pool for every function: each reads the constants it needs by index.
   const pool = new ConstantPool();
   const conds = rules.map((r, i) => (r.rule.enabled ? generate(trees[i]!, pool, lists) : null));
@@ -364,7 +382,12 @@ function generateBundle(
       }
       lines.push('}');
     });
-    return { run: compileFunction('bundle', 'LN[0] = 0;\n', lines.join('\n'), VERDICT_PASS, pool, counters), functions: 1, bytesRead, portRuns, lazyValues: pool.lazyValues };
+    const body = lines.join('\n');
+    return {
+      run: compileFunction('bundle', 'LN[0] = 0;\n', body, VERDICT_PASS, pool, counters),
+      program: compileProgram('LN[0] = 0;', body, VERDICT_PASS, pool, counters),
+      functions: 1, bytesRead, portRuns, lazyValues: pool.lazyValues,
+    };
   }
   const chunks = levels.map(({ start, end }) => {
     const out: Chunk[] = [];
@@ -387,5 +410,5 @@ function generateBundle(
     flush(end - 1);
     return out;
   });
-  return { run: chunkDriver(chunks, counters.loggedCount), functions: chunks.reduce((n, c) => n + c.length, 0), bytesRead, portRuns: 0, lazyValues: pool.lazyValues };
+  return { run: chunkDriver(chunks, counters.loggedCount), program: null, functions: chunks.reduce((n, c) => n + c.length, 0), bytesRead, portRuns: 0, lazyValues: pool.lazyValues };
 }

@@ -12,6 +12,7 @@ import {
 import * as PACKET from '../packet/index.js';
 import { checkCopies } from '../packet/literal.js';
 import { VERDICT_PASS, type Evaluator } from './bundle.js';
+import { FALLBACK, type FusedHost, type PacketProgram } from './fused.js';
 
 // Literal copies of the slots process() uses (see packet/literal.ts: V8 folds these, not imported bindings).
 const IP_DST = 1;
@@ -76,6 +77,13 @@ export interface PacketPathOptions {
    * and the pipeline benchmark).
    */
   lookups?: 'lazy' | 'eager' | undefined;
+  /**
+   * Whether the bundle's packet program (see engine/fused.ts) judges the
+   * frames it takes (with lazy lookups; the default). false: every frame is
+   * decoded into the context and evaluated (for comparison: tests and the
+   * pipeline benchmark).
+   */
+  programs?: boolean | undefined;
 }
 
 // Counter indexes in PathCounters.v.
@@ -168,7 +176,7 @@ const encoder = new TextEncoder();
  * the AS number rules the protocol), where eager lookups of both addresses
  * were about half of the packet path's time (measured: see bench/pipeline).
  */
-export class PacketPath implements LazyResolver {
+export class PacketPath implements LazyResolver, FusedHost {
   readonly ctx: ExecutionContext = TRANSIT_SCHEME.newContext();
   readonly info = new PacketInfo();
   readonly counters: PathCounters;
@@ -192,6 +200,11 @@ export class PacketPath implements LazyResolver {
    * the AS number rules test every UDP packet's destination.
    */
   private readonly geoScreens: ReadonlyArray<Uint32Array | null>;
+  /**
+   * The bundle's packet program (Evaluator.program), used with lazy lookups
+   * for Ethernet frames; null when there is none, or for eager lookups.
+   */
+  private readonly program: PacketProgram | null;
   /** Both addresses are looked up: what lookAhead() prepares. */
   private readonly lookupPair: boolean;
   private readonly countryBytes: readonly Uint8Array[];
@@ -237,6 +250,7 @@ export class PacketPath implements LazyResolver {
     this.lazy = options.lookups !== 'eager';
     this.readsLists = lists;
     this.lookupPair = !this.lazy && this.lookupSrc && this.lookupDst;
+    this.program = this.lazy && options.programs !== false && evaluator.plan.fast ? evaluator.program : null;
     this.ctx.resolver = this;
     this.countryCodes = this.table?.countryCodes ?? [];
     this.countryBytes = this.countryCodes.map((c) => encoder.encode(c));
@@ -363,8 +377,25 @@ export class PacketPath implements LazyResolver {
   /** Judges one frame: true when it is dropped. `origLen` is its length on the wire. */
   process(buf: Uint8Array, off: number, caplen: number, origLen: number, linkType: number): boolean {
     const ctx = this.ctx;
-    const info = this.info;
     const c = this.counters.v;
+    const program = this.program;
+    if (program !== null && linkType === LT_ETHERNET) {
+      // Frames of the fast path's kind: decoded and judged in one generated
+      // function (see engine/fused.ts), which writes no decoded field to the
+      // context and leaves `info` as it is.
+      const r = program(buf, off, caplen, origLen, ctx, this);
+      if (r !== FALLBACK) {
+        c[C_PACKETS]++;
+        c[C_BYTES] += origLen;
+        this.lastRule = r;
+        return r === VERDICT_PASS ? this.pass(origLen) : this.drop(origLen);
+      }
+      // A program may have written the addresses of an earlier frame, which
+      // clearDecoded() below clears only when the last frame decoded here was IP.
+      ctx.ipFamily[IP_SRC] = 0;
+      ctx.ipFamily[IP_DST] = 0;
+    }
+    const info = this.info;
     // Clear only what the previous packet set (the context starts all absent).
     // (The enriched fields are cleared below, where a lookup does not overwrite them all.)
     clearDecoded(ctx, info);
@@ -390,20 +421,7 @@ export class PacketPath implements LazyResolver {
     if ((st & (ST_TRUNCATED | ST_MALFORMED)) !== 0) c[C_DAMAGED]++;
     if ((st & ST_FRAGMENT) !== 0) c[C_FRAGMENTS]++;
     if (this.lazy) {
-      // Nothing looked up yet: the rules' code asks resolve() (see the class comment).
-      // The list screen is asked here rather than in resolve(): one bitmap read
-      // inline, where a call from the rules' code cost ~30 ns per address
-      // (measured on the pipeline benchmark's first 4,096 packets, in cache).
-      const p = ctx.pending;
-      // (No list read, nothing to screen: the list groups stay pending, unread.)
-      if (this.lookupSrc) {
-        p[LAZY_SRC_GEO] = 1;
-        p[LAZY_SRC_LISTS] = this.readsLists ? this.listed(IP_SRC, IP_SRC_LISTS) : 1;
-      }
-      if (this.lookupDst) {
-        p[LAZY_DST_GEO] = 1;
-        p[LAZY_DST_LISTS] = this.readsLists ? this.listed(IP_DST, IP_DST_LISTS) : 1;
-      }
+      this.begin();
     } else if (this.lookupSrc && this.lookupDst && ctx.ipFamily[IP_SRC] === 4 && ctx.ipFamily[IP_DST] === 4) {
       // Both IPv4 addresses at once: their cache misses overlap (see AddressTable.lookup4Pair).
       // The two fill() calls overwrite every enriched field: nothing to clear first.
@@ -433,6 +451,27 @@ export class PacketPath implements LazyResolver {
     if (r === VERDICT_PASS) return this.pass(origLen);
     this.lastRule = r;
     return this.drop(origLen);
+  }
+
+  /**
+   * Marks the address groups of the packet in the context pending (lazy
+   * lookups): nothing is looked up yet, the rules' code asks resolve() (see
+   * the class comment). The list screen is asked here rather than in
+   * resolve(): one bitmap read inline, where a call from the rules' code cost
+   * ~30 ns per address (measured on the pipeline benchmark's first 4,096
+   * packets, in cache). Called by process() and by packet programs (FusedHost).
+   */
+  begin(): void {
+    const p = this.ctx.pending;
+    // (No list read, nothing to screen: the list groups stay pending, unread.)
+    if (this.lookupSrc) {
+      p[LAZY_SRC_GEO] = 1;
+      p[LAZY_SRC_LISTS] = this.readsLists ? this.listed(IP_SRC, IP_SRC_LISTS) : 1;
+    }
+    if (this.lookupDst) {
+      p[LAZY_DST_GEO] = 1;
+      p[LAZY_DST_LISTS] = this.readsLists ? this.listed(IP_DST, IP_DST_LISTS) : 1;
+    }
   }
 
   /**

@@ -35,15 +35,19 @@ checkCopies('packet/fast', VIEW, { ST_IP });
 if (IP_DST !== IP_SRC + 1) throw new Error('packet/fast: ip.dst must follow ip.src');
 
 /**
- * Decodes the Ethernet frame buf[off, off + caplen) when it is of the common
- * kind (see the header) and `plan.fast`; returns false, having written
- * nothing, otherwise. The caller resets `ctx` and `info` first, as for decode().
+ * The fast path's frame test, shared by decodeFast() and the packet programs
+ * the engine generates (engine/fused.ts): when buf[off, off + caplen) is an
+ * Ethernet frame of the common kind (see the header), returns the offset of
+ * its transport header from `off` (34 for IPv4, 54 for IPv6) plus its
+ * protocol (6 or 17) times 256; otherwise -1. The IP header starts at off + 14.
+ * A small function that V8 inlines into its callers (one caller's numbers
+ * are in the header; see engine/fused.ts for the other's).
  */
-export function decodeFast(buf: Uint8Array, off: number, caplen: number, ctx: ExecutionContext, info: PacketInfo, plan: DecodePlan): boolean {
-  const end = off + caplen;
-  const p = off + 14;
+export function fastFrame(buf: Uint8Array, off: number, caplen: number): number {
   // The smallest frame taken: Ethernet + IPv4 + UDP.
-  if (caplen < 42) return false;
+  if (caplen < 42) return -1;
+  const p = off + 14;
+  const end = off + caplen;
   const et = (buf[off + 12]! << 8) | buf[off + 13]!;
   let l3End: number;
   let l4: number;
@@ -51,47 +55,63 @@ export function decodeFast(buf: Uint8Array, off: number, caplen: number, ctx: Ex
   if (et === 0x0800) {
     // Version 4, IHL 5 (no options); total length covers the header and lies
     // within the capture; fragment offset 0 and MF clear (DF may be set).
-    if (buf[p] !== 0x45) return false;
+    if (buf[p] !== 0x45) return -1;
     const total = (buf[p + 2]! << 8) | buf[p + 3]!;
-    if (total < 20 || p + total > end) return false;
-    if ((((buf[p + 6]! << 8) | buf[p + 7]!) & 0x3fff) !== 0) return false;
+    if (total < 20 || p + total > end) return -1;
+    if ((((buf[p + 6]! << 8) | buf[p + 7]!) & 0x3fff) !== 0) return -1;
     proto = buf[p + 9]!;
     l3End = p + total;
-    l4 = p + 20;
+    l4 = 34;
   } else if (et === 0x86dd) {
     // Version 6, a payload length that is not 0 (jumbogram, TSO) and lies
     // within the capture, and TCP or UDP right after the fixed header.
-    if (buf[p]! >>> 4 !== 6) return false;
+    if (buf[p]! >>> 4 !== 6) return -1;
     const plen = (buf[p + 4]! << 8) | buf[p + 5]!;
-    if (plen === 0 || p + 40 + plen > end) return false;
+    if (plen === 0 || p + 40 + plen > end) return -1;
     proto = buf[p + 6]!;
     l3End = p + 40 + plen;
-    l4 = p + 40;
+    l4 = 54;
   } else {
-    return false;
+    return -1;
   }
   if (proto === 6) {
     // A whole TCP header with a valid data offset (else the general decoder flags it).
-    if (l3End - l4 < 20 || buf[l4 + 12]! >>> 4 < 5) return false;
+    if (l3End - off - l4 < 20 || buf[off + l4 + 12]! >>> 4 < 5) return -1;
   } else if (proto === 17) {
-    if (l3End - l4 < 8) return false;
+    if (l3End - off - l4 < 8) return -1;
   } else {
-    return false;
+    return -1;
   }
+  return l4 | (proto << 8);
+}
+
+/**
+ * Decodes the Ethernet frame buf[off, off + caplen) when it is of the common
+ * kind (see the header) and `plan.fast`; returns false, having written
+ * nothing, otherwise. The caller resets `ctx` and `info` first, as for decode().
+ */
+export function decodeFast(buf: Uint8Array, off: number, caplen: number, ctx: ExecutionContext, info: PacketInfo, plan: DecodePlan): boolean {
+  const fr = fastFrame(buf, off, caplen);
+  if (fr < 0) return false;
+  const p = off + 14;
+  const l4 = off + (fr & 255);
+  const proto = fr >>> 8;
+  const v4 = (fr & 255) === 34;
   // Accepted: from here on, the same writes as the general decoder.
   const ints = ctx.ints;
   info.status = ST_IP;
-  info.etherType = et;
+  info.etherType = v4 ? 0x0800 : 0x86dd;
   info.l3Offset = p;
-  info.l3End = l3End;
   info.protocol = proto;
   info.l4Offset = l4;
   ints[IP_PROTO_NUMBER] = proto;
   const fam = ctx.ipFamily;
-  if (et === 0x0800) {
+  if (v4) {
+    const total = (buf[p + 2]! << 8) | buf[p + 3]!;
+    info.l3End = p + total;
     info.ipVersion = 4;
     ints[IP_HDR_LEN] = 5;
-    ints[IP_LEN] = l3End - p;
+    ints[IP_LEN] = total;
     ints[IP_TTL] = buf[p + 8]!;
     fam[IP_SRC] = 4;
     fam[IP_DST] = 4;
@@ -99,8 +119,10 @@ export function decodeFast(buf: Uint8Array, off: number, caplen: number, ctx: Ex
     a4[IP_SRC] = ((buf[p + 12]! << 24) | (buf[p + 13]! << 16) | (buf[p + 14]! << 8) | buf[p + 15]!) >>> 0;
     a4[IP_DST] = ((buf[p + 16]! << 24) | (buf[p + 17]! << 16) | (buf[p + 18]! << 8) | buf[p + 19]!) >>> 0;
   } else {
+    const total = 40 + ((buf[p + 4]! << 8) | buf[p + 5]!);
+    info.l3End = p + total;
     info.ipVersion = 6;
-    ints[IP_LEN] = l3End - p;
+    ints[IP_LEN] = total;
     ints[IP_TTL] = buf[p + 7]!;
     fam[IP_SRC] = 6;
     fam[IP_DST] = 6;
