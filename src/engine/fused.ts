@@ -23,7 +23,8 @@ export const FALLBACK = -2;
 
 /** The packet path a program runs for: it marks the address groups pending (lazy lookups). */
 export interface FusedHost {
-  begin(): void;
+  /** The addresses are in the context; `src` and `dst` are their first (IPv4: only) words. */
+  beginAt(v4: boolean, src: number, dst: number): void;
 }
 
 /**
@@ -94,9 +95,10 @@ export function packetProgramSource(locals: readonly FieldLocal[], body: string,
   const d = S.IP_DST;
   const write = addresses
     ? [
-      `if ($v4) { F[${s}] = 4; F[${d}] = 4; A4[${s}] = ${word('$p + 12')}; A4[${d}] = ${word('$p + 16')}; }`,
-      `else { F[${s}] = 6; F[${d}] = 6; for (let k = 0; k < 8; k++) A6[${s * 4} + k] = ${word('$p + 8 + k * 4')}; }`,
-      '$host.begin();',
+      'let $ws = 0, $wd = 0;',
+      `if ($v4) { $ws = ${word('$p + 12')}; $wd = ${word('$p + 16')}; F[${s}] = 4; F[${d}] = 4; A4[${s}] = $ws; A4[${d}] = $wd; }`,
+      `else { F[${s}] = 6; F[${d}] = 6; for (let k = 0; k < 8; k++) A6[${s * 4} + k] = ${word('$p + 8 + k * 4')}; $ws = A6[${s * 4}]; $wd = A6[${d * 4}]; }`,
+      '$host.beginAt($v4, $ws, $wd);',
     ].join('\n')
     : '';
   return [

@@ -218,6 +218,9 @@ export class PacketPath implements LazyResolver, FusedHost {
   /** 1 for each top-16-bit value an IPv6 GeoIP alias prefix can start with. */
   private readonly aliasTop16: Uint8Array | null;
   private readonly dropUndecodable: boolean;
+  /** The table's list screens (for beginAt()). */
+  private readonly listScreen4: Uint32Array | null;
+  private readonly listScreen6: Uint32Array | null;
   /** Records of the source and destination addresses (lookup4Pair's output). */
   private readonly records = new Int32Array(2);
   // Look-ahead (see lookAhead()): for frame k of the batch, its IPv4 addresses
@@ -277,6 +280,8 @@ export class PacketPath implements LazyResolver, FusedHost {
       return [this.table.valueScreen(4, countries, asn), this.table.valueScreen(6, countries, asn)];
     });
     this.dropUndecodable = options.undecodable === 'drop';
+    this.listScreen4 = this.table?.listScreen4 ?? null;
+    this.listScreen6 = this.table?.listScreen6 ?? null;
     // The site's colo fields are constants: set once, never cleared.
     for (const [slot, bytes, text] of colo) {
       this.ctx.bytesBuf[slot] = bytes;
@@ -459,7 +464,7 @@ export class PacketPath implements LazyResolver, FusedHost {
    * the class comment). The list screen is asked here rather than in
    * resolve(): one bitmap read inline, where a call from the rules' code cost
    * ~30 ns per address (measured on the pipeline benchmark's first 4,096
-   * packets, in cache). Called by process() and by packet programs (FusedHost).
+   * packets, in cache). Called by process(); packet programs call beginAt().
    */
   begin(): void {
     const p = this.ctx.pending;
@@ -472,6 +477,32 @@ export class PacketPath implements LazyResolver, FusedHost {
       p[LAZY_DST_GEO] = 1;
       p[LAZY_DST_LISTS] = this.readsLists ? this.listed(IP_DST, IP_DST_LISTS) : 1;
     }
+  }
+
+  /**
+   * begin() for a packet program (FusedHost), which knows the family and the
+   * addresses' first words: the same marks without reading them back from the
+   * context or branching on the family again.
+   */
+  beginAt(v4: boolean, src: number, dst: number): void {
+    const p = this.ctx.pending;
+    if (this.lookupSrc) {
+      p[LAZY_SRC_GEO] = 1;
+      p[LAZY_SRC_LISTS] = this.readsLists ? this.screenedAt(v4, src, IP_SRC_LISTS) : 1;
+    }
+    if (this.lookupDst) {
+      p[LAZY_DST_GEO] = 1;
+      p[LAZY_DST_LISTS] = this.readsLists ? this.screenedAt(v4, dst, IP_DST_LISTS) : 1;
+    }
+  }
+
+  // listed() for an address of the family `v4` says whose first word is `w`.
+  private screenedAt(v4: boolean, w: number, listsSlot: number): number {
+    const s = v4 ? this.listScreen4 : this.listScreen6;
+    if (s !== null && screenHas(s, w)) return 1;
+    this.ctx.ints[listsSlot] = 0;
+    this.counters.v[C_SCREENED]++;
+    return 0;
   }
 
   /**

@@ -95,7 +95,7 @@ describe('packet programs', () => {
     const program = ev.program!;
     expect(program).not.toBeNull();
     const ctx = TRANSIT_SCHEME.newContext();
-    const host: FusedHost = { begin: () => undefined };
+    const host: FusedHost = { beginAt: () => undefined };
     let refused = 0;
     for (const f of frames) {
       const before = Array.from(ev.hitPackets);
