@@ -12,7 +12,10 @@
 // general way and runs the bundle's ordinary function (the same rules).
 //
 // Measured on the pipeline benchmark's 1M packets (80% IPv4, 20% IPv6, TCP and
-// UDP), alternating in-process A/B, CPU per packet: see PacketPath.process().
+// UDP), CPU per packet: decoding into the context cost ~90 ns per frame where
+// reading the same fields into locals costs ~25 (the stores, the clearing and
+// PacketInfo); the whole packet path went 508 -> 464 ns (interleaved
+// in-process A/B), and a one-rule bundle's 203 -> 113 ns.
 
 import type { ExecutionContext } from '../expr/index.js';
 import { FIELD_SLOTS as S } from '../packet/index.js';

@@ -175,8 +175,22 @@ const encoder = new TextEncoder();
  * packets then need no lookup at all (the country rules test a port first,
  * the AS number rules the protocol), where eager lookups of both addresses
  * were about half of the packet path's time (measured: see bench/pipeline).
+ *
+ * Ethernet frames of the decoder fast path's kind (most of them) go through
+ * the bundle's packet program (Evaluator.program, see engine/fused.ts):
+ * decoding and rules in one generated function, over locals rather than the
+ * context. Other frames, and every frame with eager lookups, are decoded into
+ * the context and evaluated by the bundle's function. Measured on the
+ * pipeline benchmark, interleaved in-process A/B, CPU per packet: 508 -> 464
+ * ns with programs (beginAt() since: 449 -> 420); on a one-rule bundle, 203
+ * -> 113 ns.
  */
 export class PacketPath implements LazyResolver, FusedHost {
+  /**
+   * The fields of the last frame decoded into a context, and what decoding
+   * learnt about it. A frame a packet program judged (see process()) is
+   * decoded into the program's locals, not here.
+   */
   readonly ctx: ExecutionContext = TRANSIT_SCHEME.newContext();
   readonly info = new PacketInfo();
   readonly counters: PathCounters;
