@@ -90,6 +90,26 @@ describe('packet programs', () => {
     expect(dropped).toBeGreaterThan(80 * frames.length * 0.05);
   });
 
+  it('hold the rules once per protocol, up to a size, and past it once for both, judging alike either way', () => {
+    // A body over MAX_SPECIALISED_BODY but within one function.
+    const account = Array.from({ length: 110 }, (_, i) => ({ action: i % 7 === 0 ? 'log' : 'block', expression: expressions[i % expressions.length]! }))
+      .filter((r) => !/ip\.(src|dst) (<|>|le|ge|lt|gt)|ip\.proto (<|>|le|ge|lt|gt)/.test(r.expression));
+    const small = compile(account.slice(0, 6), null);
+    const large = compile(account, null);
+    expect(small.program!.toString()).toContain('if ($tcp) {');
+    expect(large.functions).toBe(1);
+    expect(large.program, 'the large bundle has a program').not.toBeNull();
+    expect(large.program!.toString()).not.toContain('if ($tcp) {');
+    for (const ev of [small, large]) {
+      const twin = compile(ev === small ? account.slice(0, 6) : account, null);
+      const x = new PacketPath(ev, { table });
+      const y = new PacketPath(twin, { table, programs: false });
+      for (const f of frames) x.process(f, 0, f.length, f.length, LINKTYPE.ETHERNET) === y.process(f, 0, f.length, f.length, LINKTYPE.ETHERNET) || expect.fail('verdicts differ');
+      expect(Array.from(ev.hitPackets)).toEqual(Array.from(twin.hitPackets));
+      expect(x.counters.dropped).toBeGreaterThan(0);
+    }
+  });
+
   it('take exactly the frames of the fast path, and refuse the others having counted nothing', () => {
     const ev = compile([{ action: 'block', expression: 'tcp.dstport == 22 or udp.dstport == 53 or ip.src in $bad' }], null);
     const program = ev.program!;
