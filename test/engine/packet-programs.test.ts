@@ -104,7 +104,11 @@ describe('packet programs', () => {
       const twin = compile(ev === small ? account.slice(0, 6) : account, null);
       const x = new PacketPath(ev, { table });
       const y = new PacketPath(twin, { table, programs: false });
-      for (const f of frames) x.process(f, 0, f.length, f.length, LINKTYPE.ETHERNET) === y.process(f, 0, f.length, f.length, LINKTYPE.ETHERNET) || expect.fail('verdicts differ');
+      for (const [i, f] of frames.entries()) {
+        const dx = x.process(f, 0, f.length, f.length, LINKTYPE.ETHERNET);
+        const dy = y.process(f, 0, f.length, f.length, LINKTYPE.ETHERNET);
+        if (dx !== dy || x.lastRule !== y.lastRule) expect({ frame: i, dropped: dx, rule: x.lastRule }).toEqual({ frame: i, dropped: dy, rule: y.lastRule });
+      }
       expect(Array.from(ev.hitPackets)).toEqual(Array.from(twin.hitPackets));
       expect(x.counters.dropped).toBeGreaterThan(0);
     }
