@@ -8,7 +8,8 @@
 //     with lazy lookups and packet programs (the defaults), without packet
 //     programs (every frame decoded into a context, then the rules), and with
 //     eager lookups (every address looked up);
-//   * a bare loop that only walks the records (Moat's reader, no decoding): the I/O floor;
+//   * a bare loop that only walks the records (Moat's reader, batches as replay reads
+//     them, no decoding): the I/O floor;
 //   * tcpdump -r with a BPF filter on a simpler rule, and Moat on that same rule;
 //   * tshark -Y with the ruleset's non-list rules translated (a display filter
 //     cannot hold 300,000 list entries), on a 100,000-packet prefix because tshark
@@ -19,8 +20,8 @@ import { spawnSync } from 'node:child_process';
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { openPcapFile, PcapReader } from '../src/capture/index.js';
-import { loadBundle, PacketPath } from '../src/engine/index.js';
+import { openPcapFile, PacketBatch, PcapReader } from '../src/capture/index.js';
+import { loadBundle, LOOK_AHEAD, PacketPath } from '../src/engine/index.js';
 import { formatIpv4 } from '../src/net/index.js';
 import { buildFrame, TCP, type FrameSpec } from '../test/support/packet-builder.js';
 import { Rng } from '../test/support/random.js';
@@ -138,15 +139,16 @@ function run(cmd: string, args: string[]): { seconds: number; ok: boolean; out: 
   return { seconds: Number(process.hrtime.bigint() - t0) / 1e9, ok: r.status === 0, out: r.stdout + r.stderr };
 }
 
-function moatPass(capture: string, path: PacketPath, limit = Infinity): { seconds: number; dropped: number; packets: number; lookups: number } {
+// What `moat replay` does per file (a batch of packets at a time, see PcapReader.nextBatch), without outputs.
+function moatPass(capture: string, path: PacketPath): { seconds: number; dropped: number; packets: number; lookups: number } {
   path.counters.packets = path.counters.dropped = path.counters.lookups = 0;
   const t0 = process.hrtime.bigint();
   const r = PcapReader.open(capture);
-  let n = 0;
-  while (n < limit && r.next()) {
-    path.lookAheadFrom(r);
-    path.process(r.data, r.offset, r.caplen, r.origLen, r.linkType);
-    n++;
+  const batch = new PacketBatch(LOOK_AHEAD);
+  for (let n = r.nextBatch(batch); n > 0; n = r.nextBatch(batch)) {
+    const data = r.data;
+    path.lookAhead(data, batch.offsets, batch.caplens, n, r.linkType);
+    for (let k = 0; k < n; k++) path.process(data, batch.offsets[k]!, batch.caplens[k]!, batch.origLens[k]!, r.linkType);
   }
   r.close();
   return { seconds: Number(process.hrtime.bigint() - t0) / 1e9, dropped: path.counters.dropped, packets: path.counters.packets, lookups: path.counters.lookups };
@@ -193,8 +195,9 @@ export function runPipelineBench(): void {
     for (let round = 0; round < 3; round++) {
       const t0 = process.hrtime.bigint();
       const r = PcapReader.open(capture);
+      const batch = new PacketBatch(LOOK_AHEAD);
       let x = 0;
-      while (r.next()) x ^= r.data[r.offset + 12]!;
+      for (let n = r.nextBatch(batch); n > 0; n = r.nextBatch(batch)) for (let k = 0; k < n; k++) x ^= r.data[batch.offsets[k]! + 12]!;
       r.close();
       best = Math.min(best, Number(process.hrtime.bigint() - t0) / 1e9);
       if (x === 0.5) console.log('');

@@ -21,6 +21,7 @@ export {
 } from './pcap-writer.js';
 export {
   PcapReader,
+  PacketBatch,
   readCapture,
   PCAP_READER_BUFFER_SIZE,
   PCAP_READER_MAX_BUFFER_SIZE,

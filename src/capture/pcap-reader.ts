@@ -117,6 +117,34 @@ function pad4(n: number): number {
 }
 
 // Unsigned 32-bit reads without Buffer's argument validation (callers keep offsets in bounds).
+// Whole seconds in a nanosecond count that the writer did not normalise
+// (carried into the seconds).
+function carriedSeconds(nsec: number): number {
+  return nsec >= 1_000_000_000 ? Math.floor(nsec / 1_000_000_000) : 0;
+}
+
+/** Packets read at once by {@link PcapReader.nextBatch}: their places in the reader's buffer, lengths and timestamps. */
+export class PacketBatch {
+  /** Start of each packet's bytes in the reader's `data`. */
+  readonly offsets: Int32Array;
+  readonly caplens: Int32Array;
+  readonly origLens: Int32Array;
+  /** Timestamps as PcapReader.tsSec and tsNsec. */
+  readonly tsSec: Float64Array;
+  readonly tsNsec: Float64Array;
+  /** Packets of the last nextBatch() call. */
+  count = 0;
+
+  constructor(readonly capacity = 32) {
+    if (!Number.isInteger(capacity) || capacity < 1) throw new RangeError(`a packet batch holds at least 1 packet, got ${capacity}`);
+    this.offsets = new Int32Array(capacity);
+    this.caplens = new Int32Array(capacity);
+    this.origLens = new Int32Array(capacity);
+    this.tsSec = new Float64Array(capacity);
+    this.tsNsec = new Float64Array(capacity);
+  }
+}
+
 function le32(b: Buffer, o: number): number {
   return (b[o]! | (b[o + 1]! << 8) | (b[o + 2]! << 16)) + b[o + 3]! * 0x100_0000;
 }
@@ -297,6 +325,78 @@ export class PcapReader {
       this.release();
       throw this.failure;
     }
+  }
+
+  /**
+   * Reads up to `batch.capacity` packets at once into `batch` and returns how
+   * many (0 at the end of the file, as next() returns false). The first is
+   * what next() would return (it may refill the buffer or throw); the others
+   * are the complete classic pcap records already in the buffer after it,
+   * read in one loop. A record next() would reject ends the batch before it,
+   * so the next call throws for it, after every good packet. Their bytes are
+   * in {@link data} at `batch.offsets[k]`, valid until the next read; the
+   * reader's own fields (offset, fileOffset...) describe the last packet.
+   * Reading each packet through next() and the reader's fields cost ~20 ns
+   * per packet more: pipeline benchmark, 50 rules, alternating single-build
+   * processes, CPU per packet 348 -> 321 and 334 -> 318 ns (6 and 4 pairs);
+   * one rule, 127 -> 106 ns. (Two packet paths in one process, one reading
+   * each way, measured the full ruleset the other way round, +25 ns: there the
+   * two loops share process()'s type feedback.) pcapng files: one packet per
+   * batch.
+   */
+  nextBatch(batch: PacketBatch): number {
+    if (!this.next()) {
+      batch.count = 0;
+      return 0;
+    }
+    const offsets = batch.offsets;
+    const caplens = batch.caplens;
+    const origLens = batch.origLens;
+    const tsSec = batch.tsSec;
+    const tsNsec = batch.tsNsec;
+    offsets[0] = this.offset;
+    caplens[0] = this.caplen;
+    origLens[0] = this.origLen;
+    tsSec[0] = this.tsSec;
+    tsNsec[0] = this.tsNsec;
+    let k = 1;
+    if (this.format === 'pcap') {
+      const b = this.buf;
+      const end = this.end;
+      const le = this.le;
+      const micros = !this.classicNanos;
+      const limit = this.classicLimit;
+      const n = batch.capacity;
+      let p = this.start;
+      let last = -1;
+      while (k < n && end - p >= 16) {
+        const incl = le ? le32(b, p + 8) : be32(b, p + 8);
+        if (incl > limit || end - p < 16 + incl) break;
+        const frac = le ? le32(b, p + 4) : be32(b, p + 4);
+        const nsec = micros ? frac * 1000 : frac;
+        const carry = carriedSeconds(nsec);
+        tsSec[k] = (le ? le32(b, p) : be32(b, p)) + carry;
+        tsNsec[k] = nsec - carry * 1_000_000_000;
+        origLens[k] = le ? le32(b, p + 12) : be32(b, p + 12);
+        offsets[k] = p + 16;
+        caplens[k] = incl;
+        last = p;
+        p += 16 + incl;
+        k++;
+      }
+      if (last >= 0) {
+        this.start = p;
+        this.packets += k - 1;
+        this.offset = offsets[k - 1]!;
+        this.caplen = caplens[k - 1]!;
+        this.origLen = origLens[k - 1]!;
+        this.tsSec = tsSec[k - 1]!;
+        this.tsNsec = tsNsec[k - 1]!;
+        this.fileOffset = this.base + last;
+      }
+    }
+    batch.count = k;
+    return k;
   }
 
   /**
@@ -496,15 +596,10 @@ export class PcapReader {
       if (!this.fill(total)) throw this.truncated('the pcap record', this.base + this.start, total);
       at = this.start;
     }
-    let nsec = this.classicNanos ? frac : frac * 1000;
-    if (nsec >= 1_000_000_000) {
-      // Not normalised by the writer: carry whole seconds.
-      const carry = Math.floor(nsec / 1_000_000_000);
-      sec += carry;
-      nsec -= carry * 1_000_000_000;
-    }
-    this.tsSec = sec;
-    this.tsNsec = nsec;
+    const nsec = this.classicNanos ? frac : frac * 1000;
+    const carry = carriedSeconds(nsec);
+    this.tsSec = sec + carry;
+    this.tsNsec = nsec - carry * 1_000_000_000;
     this.caplen = incl;
     this.origLen = orig;
     this.offset = at + 16;

@@ -16,6 +16,7 @@ import { fileURLToPath } from 'node:url';
 import { afterAll, describe, expect, it } from 'vitest';
 import { LINKTYPE, buildPcap, encodePcapGlobalHeader, openPcapFile } from '../../src/capture/index.js';
 import {
+  PacketBatch,
   PCAP_READER_BUFFER_SIZE,
   PcapReader,
   readCapture,
@@ -77,6 +78,55 @@ function readAll(path: string, options: PcapReaderOptions = {}): { packets: Got[
   }
 }
 
+/**
+ * readAll() through nextBatch() with batches of `capacity`. A packet read in a
+ * batch has no file offset of its own: `offset` is the reader's fileOffset
+ * after the batch for the batch's last packet, -1 for the others.
+ */
+function readAllBatched(path: string, capacity: number, options: PcapReaderOptions = {}): { packets: Got[]; error?: unknown; batches: number } {
+  const packets: Got[] = [];
+  let batches = 0;
+  let r: PcapReader;
+  try {
+    r = PcapReader.open(path, options);
+  } catch (error) {
+    return { packets, error, batches };
+  }
+  const batch = new PacketBatch(capacity);
+  try {
+    for (let n = r.nextBatch(batch); n > 0; n = r.nextBatch(batch)) {
+      batches++;
+      expect(batch.count).toBe(n);
+      expect(n).toBeLessThanOrEqual(capacity);
+      for (let k = 0; k < n; k++) {
+        packets.push({
+          tsSec: batch.tsSec[k]!,
+          tsNsec: batch.tsNsec[k]!,
+          caplen: batch.caplens[k]!,
+          origLen: batch.origLens[k]!,
+          linkType: r.linkType,
+          interfaceId: r.interfaceId,
+          section: r.section,
+          offset: k === n - 1 ? r.fileOffset : -1,
+          data: Buffer.from(r.data.subarray(batch.offsets[k]!, batch.offsets[k]! + batch.caplens[k]!)),
+        });
+      }
+      expect(r.packets).toBe(packets.length);
+    }
+    expect(batch.count).toBe(0);
+    return { packets, batches };
+  } catch (error) {
+    return { packets, error, batches };
+  } finally {
+    r.close();
+  }
+}
+
+/** What readAll() read, with the file offsets that readAllBatched() cannot give set to -1. */
+function asBatched(all: Got[], batched: Got[]): Got[] {
+  return all.map((g, i) => ({ ...g, offset: batched[i]?.offset === -1 ? -1 : g.offset }));
+}
+
 function expectMoatError(error: unknown, code: number, ...fragments: string[]): MoatError {
   expect(error).toBeInstanceOf(MoatError);
   const e = error as MoatError;
@@ -128,6 +178,21 @@ describe('the reader on the native fixtures', () => {
       const { packets, error } = readAll(join(FIXTURES, entry.file), { bufferSize: 64 });
       expect(error, entry.file).toBeUndefined();
       expect(packets.map(asExpected), entry.file).toEqual(entry.records.map(withoutWhat));
+    }
+  });
+
+  it('reads every fixture the same way in batches of 1, 3 and 32 packets, through small and default buffers', () => {
+    for (const entry of manifest.files) {
+      const path = join(FIXTURES, entry.file);
+      const one = readAll(path).packets;
+      for (const capacity of [1, 3, 32]) {
+        for (const options of [{ bufferSize: 64 }, {}]) {
+          const { packets, error, batches } = readAllBatched(path, capacity, options);
+          expect(error, entry.file).toBeUndefined();
+          expect(packets, `${entry.file}, batches of ${capacity}`).toEqual(asBatched(one, packets));
+          if (capacity === 32 && entry.format === 'pcap' && options.bufferSize === undefined) expect(batches).toBe(Math.ceil(one.length / 32));
+        }
+      }
     }
   });
 
@@ -252,6 +317,10 @@ describe('the reader on damaged captures', () => {
         const { packets, error } = readAll(path);
         const whole = boundaries.slice(1).filter((end) => end <= cut).length;
         expect(packets, `cut ${cut}`).toEqual(all.slice(0, whole));
+        // Batches give the same packets, then the same error.
+        const batched = readAllBatched(path, 2);
+        expect(batched.packets, `cut ${cut}, batched`).toEqual(asBatched(packets, batched.packets));
+        expect(String(batched.error), `cut ${cut}, batched`).toBe(String(error));
         if (cut < 24) {
           expectMoatError(error, 3002, path, 'byte 0');
         } else if (boundaries.includes(cut)) {
@@ -315,6 +384,28 @@ describe('the reader on damaged captures', () => {
     expectMoatError(readAll(sub).error, 3006, sub, 'directory');
   });
 
+  it('carries whole seconds out of record timestamps a writer did not normalise, one by one and in batches', () => {
+    for (const resolution of ['us', 'ns'] as const) {
+      const unit = resolution === 'us' ? 1_000_000 : 1_000_000_000;
+      // Fractions of 0.5, 1.25 and 3 seconds, little and big endian.
+      for (const bigEndian of [false, true]) {
+        const records = [unit / 2, unit + unit / 4, 3 * unit].map((frac, i) => {
+          const r = Buffer.alloc(16 + 4);
+          const w = (v: number, at: number) => (bigEndian ? r.writeUInt32BE(v, at) : r.writeUInt32LE(v, at));
+          w(100 + i, 0);
+          w(frac, 4);
+          w(4, 8);
+          w(4, 12);
+          return r;
+        });
+        const path = tempFile(Buffer.concat([encodePcapGlobalHeader({ resolution, bigEndian }), ...records]), 'unnormalised');
+        const want = [[100, 500_000_000], [102, 250_000_000], [105, 0]];
+        expect(readAll(path).packets.map((p) => [p.tsSec, p.tsNsec]), `${resolution} ${bigEndian}`).toEqual(want);
+        expect(readAllBatched(path, 32).packets.map((p) => [p.tsSec, p.tsNsec]), `${resolution} ${bigEndian}, batched`).toEqual(want);
+      }
+    }
+  });
+
   it('rejects a classic record claiming an absurd length after returning the good one before it', () => {
     const good = buildPcap([{ data: new Uint8Array(60), seconds: 1 }]);
     const bad = Buffer.alloc(16 + 8);
@@ -327,6 +418,10 @@ describe('the reader on damaged captures', () => {
     const e = expectMoatError(error, 3003);
     expect(e.message).toBe(`${path}: record at byte 100 claims 9999999 bytes (limit 262144)`);
     expect(e.file).toBe(path);
+    // A batch ends before the bad record; the next one throws for it.
+    const batched = readAllBatched(path, 32);
+    expect(batched.packets.length).toBe(1);
+    expect(expectMoatError(batched.error, 3003).message).toBe(e.message);
   });
 
   it('rejects a pcapng block above the size cap and a packet above its snaplen limit with 3003', () => {
@@ -536,6 +631,24 @@ describe('the reader buffer', () => {
     expect(i).toBe(200_000);
     expect(r.data.length).toBe(PCAP_READER_BUFFER_SIZE);
     expect(r.packets).toBe(200_000);
+    // In batches too, across every buffer refill.
+    const b = PcapReader.open(path);
+    const batch = new PacketBatch(32);
+    i = 0;
+    offset = 24;
+    for (let n = b.nextBatch(batch); n > 0; n = b.nextBatch(batch)) {
+      for (let k = 0; k < n; k++) {
+        const len = 60 + (i % 41);
+        const at = batch.offsets[k]!;
+        if (batch.caplens[k] !== len || batch.origLens[k] !== len || b.data.readUInt32BE(at) !== i || batch.tsSec[k] !== 1_700_000_000 + Math.floor(i / 1000) || batch.tsNsec[k] !== (i % 1000) * 1_000_000 + 7) wrong++;
+        if (k === n - 1 && b.fileOffset !== offset) wrong++;
+        offset += 16 + len;
+        i++;
+      }
+    }
+    b.close();
+    expect(wrong).toBe(0);
+    expect(i).toBe(200_000);
   });
 
   it('reads a many-block pcapng identically through buffers of several sizes', () => {

@@ -4,8 +4,8 @@
 
 import { closeSync, openSync, statSync, writeSync } from 'node:fs';
 import type { Command } from 'commander';
-import { PcapReader, PcapWriter, fdSink } from '../../capture/index.js';
-import { BundleError, loadBundle, PacketPath, type Evaluator, type UndecodablePolicy } from '../../engine/index.js';
+import { PacketBatch, PcapReader, PcapWriter, fdSink } from '../../capture/index.js';
+import { BundleError, loadBundle, LOOK_AHEAD, PacketPath, type Evaluator, type UndecodablePolicy } from '../../engine/index.js';
 import { MoatError } from '../../errors/index.js';
 import { CliError, type Output } from '../output.js';
 
@@ -74,6 +74,7 @@ function replay(captures: string[], flags: ReplayFlags, out: Output): void {
     undecodable: flags.undecodable as UndecodablePolicy,
   });
   const sinks = new Outputs(flags);
+  const batch = new PacketBatch(LOOK_AHEAD);
   const totalBytes = captures.reduce((n, f) => n + fileSize(f), 0);
   const progress = flags.progress && flags.json !== true ? out.progress : undefined;
   let doneBytes = 0;
@@ -85,14 +86,19 @@ function replay(captures: string[], flags: ReplayFlags, out: Output): void {
       const reader = PcapReader.open(file);
       let index = 0;
       try {
-        while (reader.next()) {
-          index++;
-          // The addresses of the buffered packets ahead, looked up together (see PacketPath.lookAhead).
-          path.lookAheadFrom(reader);
-          const dropped = path.process(reader.data, reader.offset, reader.caplen, reader.origLen, reader.linkType);
-          sinks.record(reader, dropped, path, file, index);
-          // Check the clock every 64k packets only: hrtime costs more than a packet.
-          if (progress !== undefined && (index & 0xffff) === 0) {
+        // Packets a batch at a time (see PcapReader.nextBatch), at most what one look-ahead covers.
+        for (let n = reader.nextBatch(batch); n > 0; n = reader.nextBatch(batch)) {
+          const data = reader.data;
+          const linkType = reader.linkType;
+          // The addresses of the batch's packets, looked up together (eager lookups only, see PacketPath.lookAhead).
+          path.lookAhead(data, batch.offsets, batch.caplens, n, linkType);
+          for (let k = 0; k < n; k++) {
+            index++;
+            const dropped = path.process(data, batch.offsets[k]!, batch.caplens[k]!, batch.origLens[k]!, linkType);
+            sinks.record(batch, k, data, linkType, dropped, path, file, index);
+          }
+          // Check the clock every 64k packets or so only: hrtime costs more than a packet.
+          if (progress !== undefined && (index & 0xffff) < n) {
             const now = Date.now();
             if (now - lastDraw > 200) {
               lastDraw = now;
@@ -149,20 +155,22 @@ class Outputs {
     this.verdictFd = flags.verdicts === undefined ? undefined : openOut(flags.verdicts);
   }
 
-  record(r: PcapReader, dropped: boolean, path: PacketPath, file: string, index: number): void {
+  // Packet k of the batch, whose bytes are in `data`.
+  record(batch: PacketBatch, k: number, data: Uint8Array, linkType: number, dropped: boolean, path: PacketPath, file: string, index: number): void {
     this.frame++;
     const target = dropped ? this.flags.drop : this.flags.pass;
     if (target !== undefined) {
       let w = dropped ? this.drop : this.pass;
       if (w === undefined) {
-        w = new PcapWriter(fdSink(openOut(target), true), { linkType: r.linkType, resolution: 'ns' });
+        w = new PcapWriter(fdSink(openOut(target), true), { linkType, resolution: 'ns' });
         if (dropped) this.drop = w;
         else this.pass = w;
       }
-      if (w.linkType !== r.linkType) {
-        throw new MoatError('CAPTURE_WRITE', `${target}: packet ${index} of ${file} has link type ${r.linkType}, but the file was started with link type ${w.linkType}`, { file: target });
+      if (w.linkType !== linkType) {
+        throw new MoatError('CAPTURE_WRITE', `${target}: packet ${index} of ${file} has link type ${linkType}, but the file was started with link type ${w.linkType}`, { file: target });
       }
-      w.writePacket(r.data.subarray(r.offset, r.offset + r.caplen), Math.max(0, r.tsSec), Math.max(0, r.tsNsec), r.origLen);
+      const at = batch.offsets[k]!;
+      w.writePacket(data.subarray(at, at + batch.caplens[k]!), Math.max(0, batch.tsSec[k]!), Math.max(0, batch.tsNsec[k]!), batch.origLens[k]!);
     }
     if (this.verdictFd !== undefined) {
       const ev = path.evaluator;
