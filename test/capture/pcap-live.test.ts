@@ -358,6 +358,15 @@ describe.skipIf(!canRun)('A userspace bridge of two LiveCaptures', () => {
       say({ ready: true });`,
     );
     await bridge.waitForJson((m) => m.ready === true);
+    // The test above left host A's neighbour entry for B failed, and on a
+    // loaded machine the bridge process may take a moment to receive its
+    // first frames (a CI run lost all three pings to ARP once): start from a
+    // clean neighbour table and wait, up to ~10 s, for a first reply each way.
+    // A bridge that never forwards still fails the counts below.
+    await ip(['-n', t.a.ns, 'neigh', 'flush', 'all'], { check: false });
+    for (const args of [[t.b.ipv4], ['-6', t.b.ipv6]]) {
+      for (let i = 0; i < 10 && (await ping(['-c', '1', '-W', '1', ...args])).code !== 0; i++);
+    }
     const v4 = await ping(['-c', '3', '-i', '0.2', '-W', '3', t.b.ipv4]);
     expect(v4.code, v4.stdout + v4.stderr).toBe(0);
     expect(v4.stdout).toMatch(/3 packets transmitted, 3 received/);
