@@ -40,12 +40,16 @@ function randomRule(rng: Rng, pool: readonly string[] = LOOKED_UP): string {
   return rng.chance(0.15) ? `not (${e})` : e;
 }
 
+/** An account-level bundle of `rules` over the lists of `over`. */
+function bundleOf(rules: ReadonlyArray<{ action: string; expression: string }>, over = table) {
+  return compileBundle({ account: toRuleset({ name: 'a', phase: 'network_transit', rules }), lists: tableLists(over) });
+}
+
 function randomBundle(rng: Rng, pool: readonly string[]) {
-  const rules = Array.from({ length: 3 + rng.int(8) }, () => ({
+  return bundleOf(Array.from({ length: 3 + rng.int(8) }, () => ({
     action: rng.chance(0.15) ? 'log' : 'block',
     expression: randomRule(rng, pool),
-  }));
-  return compileBundle({ account: toRuleset({ name: 'a', phase: 'network_transit', rules }), lists: tableLists(table) });
+  })));
 }
 
 function randomFrame(rng: Rng): Uint8Array {
@@ -76,7 +80,7 @@ describe('lazy lookups', () => {
     for (let b = 0; b < 60; b++) {
       const bundle = randomBundle(rng, pool);
       const lazy = new PacketPath(bundle, { table });
-      const eagerBundle = compileBundle({ account: toRuleset({ name: 'a', phase: 'network_transit', rules: bundle.rules.map((r) => r.rule) }), lists: tableLists(table) });
+      const eagerBundle = bundleOf(bundle.rules.map((r) => r.rule));
       const eager = new PacketPath(eagerBundle, { table, lookups: 'eager' });
       for (const [i, f] of frames.entries()) {
         const x = lazy.process(f, 0, f.length, f.length, LINKTYPE.ETHERNET);
@@ -96,13 +100,10 @@ describe('lazy lookups', () => {
   });
 
   it('look nothing up for rules that never get to an address field', () => {
-    const bundle = compileBundle({
-      account: toRuleset({ name: 'a', phase: 'network_transit', rules: [
+    const bundle = bundleOf([
         { action: 'block', expression: 'tcp.dstport == 9999 and ip.src.country == "CN"' },
         { action: 'block', expression: 'ip.dst.asnum == 64512 and ip.proto == "icmp"' },
-      ] }),
-      lists: tableLists(table),
-    });
+      ]);
     const path = new PacketPath(bundle, { table });
     for (const f of frames) path.process(f, 0, f.length, f.length, LINKTYPE.ETHERNET);
     expect(path.counters.packets).toBe(frames.length);
@@ -110,10 +111,7 @@ describe('lazy lookups', () => {
   });
 
   it('answer list reads from the list screen for addresses in no list', () => {
-    const bundle = compileBundle({
-      account: toRuleset({ name: 'a', phase: 'network_transit', rules: [{ action: 'block', expression: 'ip.src in $bad' }] }),
-      lists: tableLists(table),
-    });
+    const bundle = bundleOf([{ action: 'block', expression: 'ip.src in $bad' }]);
     const path = new PacketPath(bundle, { table });
     // 16.x and 17.x /24s hold no list range: no lookup; 11.x is listed (lookup, dropped); 15.3.3.x may be (lookup: .4 is not, passed).
     const frame = (src: string) => buildFrame({ ip: { version: 4, src, dst: '10.0.0.1', ttl: 9 }, l4: { kind: 'udp', srcPort: 1, dstPort: 2, payload: new Uint8Array(4) } });
@@ -127,13 +125,10 @@ describe('lazy lookups', () => {
   });
 
   it('answer country and AS number reads from the value screens for addresses that match no literal', () => {
-    const bundle = compileBundle({
-      account: toRuleset({ name: 'a', phase: 'network_transit', rules: [
+    const bundle = bundleOf([
         { action: 'block', expression: 'ip.dst.asnum == 64512 and ip.proto == "udp"' },
         { action: 'block', expression: 'ip.src.country in {"KP" "SY"}' },
-      ] }),
-      lists: tableLists(table),
-    });
+      ]);
     const path = new PacketPath(bundle, { table });
     const frame = (src: string, dst: string) => buildFrame({ ip: { version: 4, src, dst, ttl: 9 }, l4: { kind: 'udp', srcPort: 1, dstPort: 2, payload: new Uint8Array(4) } });
     // 16.x: country BY, AS 64516; 10.x: CN, 64510. Neither is compared with: no lookup.
@@ -147,10 +142,7 @@ describe('lazy lookups', () => {
     expect(path.process(frame('14.0.0.1', '16.0.0.1'), 0, 46, 46, LINKTYPE.ETHERNET)).toBe(true);
     expect(path.counters.lookups).toBe(2);
     // A rule that reads an AS number otherwise (ordering) turns the screen off for that address.
-    const ordering = compileBundle({
-      account: toRuleset({ name: 'a', phase: 'network_transit', rules: [{ action: 'block', expression: 'ip.dst.asnum > 64515 and ip.proto == "udp"' }] }),
-      lists: tableLists(table),
-    });
+    const ordering = bundleOf([{ action: 'block', expression: 'ip.dst.asnum > 64515 and ip.proto == "udp"' }]);
     const plain = new PacketPath(ordering, { table });
     expect(plain.process(frame('10.0.0.1', '16.0.0.1'), 0, 46, 46, LINKTYPE.ETHERNET)).toBe(true);
     expect(plain.counters.lookups).toBe(1);
@@ -163,7 +155,7 @@ describe('lazy lookups', () => {
       { action: 'block', expression: 'ip.dst.asnum == 64512' },
       { action: 'log', expression: 'ip.src in $bad' },
     ];
-    const compile = () => compileBundle({ account: toRuleset({ name: 'a', phase: 'network_transit', rules }), lists: tableLists(aliased) });
+    const compile = () => bundleOf(rules, aliased);
     const lazy = new PacketPath(compile(), { table: aliased });
     const eager = new PacketPath(compile(), { table: aliased, lookups: 'eager' });
     // 10.x is CN, 14.x SY, 12.x AS 64512; 2002:0e01:0203:: embeds 14.1.2.3 and 2002:0c00:0001:: 12.0.0.1.
@@ -182,10 +174,7 @@ describe('lazy lookups', () => {
   });
 
   it('allocate nothing: 2M frames through lazy lookups cause no garbage collection', async () => {
-    const bundle = compileBundle({
-      account: toRuleset({ name: 'a', phase: 'network_transit', rules: LOOKED_UP.map((expression) => ({ action: 'log', expression })) }),
-      lists: tableLists(table),
-    });
+    const bundle = bundleOf(LOOKED_UP.map((expression) => ({ action: 'log', expression })));
     const path = new PacketPath(bundle, { table });
     const run = (): void => {
       for (const f of frames) path.process(f, 0, f.length, f.length, LINKTYPE.ETHERNET);
