@@ -155,7 +155,10 @@ export class Daemon {
 
   private pathFor(bundle: LoadedBundle, counters: PathCounters): PacketPath {
     const c = this.config;
-    return new PacketPath(bundle.evaluator, { table: bundle.table, colo: c.colo, undecodable: c.undecodable, counters });
+    const path = new PacketPath(bundle.evaluator, { table: bundle.table, colo: c.colo, undecodable: c.undecodable, counters });
+    // Before the swap: a bundle's code that meets traffic unwarmed deoptimises on each rule's first match (see PacketPath.warmUp).
+    path.warmUp();
+    return path;
   }
 
   private files(): string[] {

@@ -36,7 +36,9 @@ export interface FusedHost {
 /**
  * A packet program: judges the Ethernet frame buf[off, off + caplen) of `len`
  * bytes on the wire. Returns the index of the blocking rule, VERDICT_PASS, or
- * FALLBACK (nothing written, nothing counted).
+ * FALLBACK (nothing written, nothing counted). Like the bundle's function, it
+ * counts the hits of log and skip rules but not the block it returns: the
+ * caller does (Evaluator.countBlock).
  */
 export type PacketProgram = (buf: Uint8Array, off: number, caplen: number, len: number, c: ExecutionContext, host: FusedHost) => number;
 

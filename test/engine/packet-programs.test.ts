@@ -92,7 +92,7 @@ describe('packet programs', () => {
 
   it('hold the rules once per protocol, up to a size, and past it once for both, judging alike either way', () => {
     // A body over MAX_SPECIALISED_BODY but within one function.
-    const account = Array.from({ length: 110 }, (_, i) => ({ action: i % 7 === 0 ? 'log' : 'block', expression: expressions[i % expressions.length]! }))
+    const account = Array.from({ length: 130 }, (_, i) => ({ action: i % 7 === 0 ? 'log' : 'block', expression: expressions[i % expressions.length]! }))
       .filter((r) => !/ip\.(src|dst) (<|>|le|ge|lt|gt)|ip\.proto (<|>|le|ge|lt|gt)/.test(r.expression));
     const small = compile(account.slice(0, 6), null);
     const large = compile(account, null);

@@ -1,0 +1,211 @@
+// Warm-up frames: synthetic Ethernet frames, built from each rule's own
+// literals, that a packet path runs before real traffic (PacketPath.warmUp)
+// so that V8 optimises the bundle's code with type feedback for every test.
+//
+// Why: V8 optimises a function speculatively, from the feedback its
+// unoptimised runs gathered. A test that never ran by then (the second half
+// of `tcp.dstport == 6644 and ip.src.country in {...}` when no packet went to
+// port 6644 yet) has none, so the optimised code deoptimises the whole
+// function the first time a packet reaches it, and the function runs
+// unoptimised until V8 optimises it again, tens of milliseconds later. On the
+// pipeline benchmark's 50 rules the first million packets cost 14 such
+// rounds, and `moat replay` of that file ran at ~1.0 M packets/s against ~3 M
+// once the code was stable. A frame per rule whose fields take the rule's
+// literals (6644, 6645, the flags it tests...) reaches those tests before
+// optimisation instead.
+//
+// Frames are of the packet program's kind (untagged Ethernet, IPv4 without
+// options or IPv6, TCP or UDP) and cover the fields a program reads from the
+// frame; a rule's other fields keep their defaults. Half of a rule's frames
+// try to meet all its tests (so that the last test of an `and` runs too),
+// half mix its literals and their neighbours. The choices are pseudo-random
+// with a fixed seed, so a bundle always gets the same frames.
+
+import type { Checked } from '../expr/index.js';
+
+/** Frames per rule: each protocol the rule reads, over both families, with different picks. */
+const FRAMES_PER_RULE = 8;
+
+/** Per field name: the values a rule's tests single out. */
+type Probes = Map<string, number[]>;
+
+/** The warm-up frames of a bundle's checked rules (null: a disabled or broken rule). */
+export function warmUpFrames(trees: ReadonlyArray<Checked | null>): Uint8Array[] {
+  const frames: Uint8Array[] = [];
+  let seed = 0x9e3779b9;
+  const rand = (n: number): number => {
+    // xorshift32: deterministic, no allocation.
+    seed ^= seed << 13;
+    seed ^= seed >>> 17;
+    seed ^= seed << 5;
+    return (seed >>> 0) % n;
+  };
+  for (const tree of trees) {
+    if (tree === null) continue;
+    const probes: Probes = new Map();
+    const hits: Probes = new Map();
+    const addrs: Array<readonly number[]> = [];
+    collect(tree, true, hits, probes, addrs);
+    const names = [...probes.keys()];
+    const proto = probes.get('ip.proto') ?? [];
+    const udp = names.some((f) => f.startsWith('udp.')) || proto.includes(17);
+    const tcp = names.some((f) => f.startsWith('tcp.')) || proto.includes(6);
+    const protos = udp === tcp ? (['tcp', 'udp'] as const) : udp ? (['udp'] as const) : (['tcp'] as const);
+    for (let k = 0; k < FRAMES_PER_RULE; k++) {
+      // Half the frames try to meet every test of the rule (an `and` of tests
+      // on different fields is met), half take any of its literals.
+      const pick = (f: string, dflt: number): number => {
+        const p = (k < FRAMES_PER_RULE / 2 ? hits : probes).get(f);
+        return p === undefined || p.length === 0 ? dflt : p[rand(p.length)]!;
+      };
+      const tcp = protos[k % protos.length] === 'tcp';
+      const addr = addrs.length > 0 ? addrs[rand(addrs.length)]! : null;
+      // The family of an address literal when there is one, else both in turn.
+      const v6 = addr !== null ? addr.length === 4 : (k >> 1) % 2 === 1;
+      const hostAddr = (): number[] => (v6 ? [0x20010db8, rand(0x10000), rand(0x10000), 1 + rand(0xffff)] : [(1 + rand(223)) * 0x1000000 + rand(0x1000000)]);
+      frames.push(
+        frame({
+          tcp,
+          v6,
+          len: pick('ip.len', 0),
+          ttl: pick('ip.ttl', 64),
+          srcPort: pick(tcp ? 'tcp.srcport' : 'udp.srcport', 1024 + rand(60000)),
+          dstPort: pick(tcp ? 'tcp.dstport' : 'udp.dstport', rand(65536)),
+          flags: flagsOf(k < FRAMES_PER_RULE / 2 ? hits : probes, rand),
+          src: addr !== null && rand(2) === 0 ? addr : hostAddr(),
+          dst: addr !== null && rand(2) === 0 ? addr : hostAddr(),
+        }),
+      );
+    }
+  }
+  return frames;
+}
+
+const FLAG_BITS: ReadonlyArray<readonly [string, number]> = [
+  ['tcp.flags.fin', 0], ['tcp.flags.syn', 1], ['tcp.flags.reset', 2], ['tcp.flags.push', 3],
+  ['tcp.flags.ack', 4], ['tcp.flags.urg', 5], ['tcp.flags.ecn', 6], ['tcp.flags.cwr', 7],
+];
+
+// The TCP flags byte: a value the rule compares `tcp.flags` with, else each flag it tests set or not at random.
+function flagsOf(probes: Probes, rand: (n: number) => number): number {
+  const whole = probes.get('tcp.flags');
+  if (whole !== undefined && whole.length > 0 && rand(2) === 0) return whole[rand(whole.length)]! & 0xff;
+  let flags = rand(2) === 0 ? 0x02 : 0x10;
+  for (const [name, bit] of FLAG_BITS) {
+    const p = probes.get(name);
+    if (p !== undefined && p.length > 0) flags = p[rand(p.length)] === 1 ? flags | (1 << bit) : flags & ~(1 << bit);
+  }
+  return flags;
+}
+
+// Gathers the literals of a rule's tests into `hits` (a value that makes the
+// test true where the test is not negated, false under a `not`) and `probes`
+// (those and their neighbours, the bounds of sets, the masks tested); and the
+// first address of each address literal or range.
+function collect(t: Checked, positive: boolean, hits: Probes, probes: Probes, addrs: Array<readonly number[]>): void {
+  const add = (to: Probes, name: string, ...values: number[]): void => {
+    let p = to.get(name);
+    if (p === undefined) to.set(name, (p = []));
+    for (const v of values) if (Number.isInteger(v) && v >= 0 && p.length < 64) p.push(v);
+  };
+  const hit = (name: string, yes: number, no: number): void => add(hits, name, positive ? yes : no);
+  switch (t.kind) {
+    case 'and':
+    case 'or':
+    case 'xor':
+      for (const i of t.items) collect(i, positive, hits, probes, addrs);
+      return;
+    case 'not':
+      collect(t.operand, !positive, hits, probes, addrs);
+      return;
+    case 'bool':
+      add(probes, t.field.name, 0, 1);
+      hit(t.field.name, 1, 0);
+      return;
+    case 'int-cmp': {
+      const v = t.value;
+      add(probes, t.lhs.field.name, v, v + 1, v - 1);
+      const yes = t.op === '<' ? v - 1 : t.op === '>' || t.op === '!=' ? v + 1 : v;
+      const no = t.op === '<' || t.op === '<=' || t.op === '==' ? v + 1 : t.op === '!=' ? v : v - 1;
+      hit(t.lhs.field.name, yes, no);
+      return;
+    }
+    case 'int-and':
+      add(probes, t.lhs.field.name, t.mask, 0);
+      hit(t.lhs.field.name, t.mask, 0);
+      return;
+    case 'int-in':
+      for (let i = 0; i < t.set.lo.length && i < 16; i++) add(probes, t.lhs.field.name, t.set.lo[i]!, t.set.hi[i]!);
+      if (t.set.lo.length > 0) {
+        const lo = t.set.lo[0]!;
+        hit(t.lhs.field.name, lo, lo > 0 ? lo - 1 : t.set.hi[t.set.hi.length - 1]! + 1);
+      }
+      return;
+    case 'ip-cmp':
+      addrs.push(t.value.words);
+      return;
+    case 'ip-in': {
+      const v4 = t.set.v4;
+      for (let i = 0; i < v4.lo.length && i < 8; i++) addrs.push([v4.lo[i]!]);
+      const v6 = t.set.v6;
+      for (let i = 0; i < v6.count && i < 8; i++) addrs.push(Array.from(v6.bounds.subarray(i * 8, i * 8 + 4)));
+      return;
+    }
+    default:
+      // Lists, countries, AS numbers: looked up from the addresses; bytes fields: no program reads them.
+      return;
+  }
+}
+
+interface FrameFields {
+  tcp: boolean;
+  v6: boolean;
+  /** IP length (IPv4 total length, IPv6 40 + payload length); 0 for the smallest. */
+  len: number;
+  ttl: number;
+  srcPort: number;
+  dstPort: number;
+  flags: number;
+  src: readonly number[];
+  dst: readonly number[];
+}
+
+// An Ethernet frame holding exactly `len` bytes of IP (within the headers' minimum and 1500).
+function frame(f: FrameFields): Uint8Array {
+  const ipHdr = f.v6 ? 40 : 20;
+  const l4Hdr = f.tcp ? 20 : 8;
+  const ipLen = Math.min(1500, Math.max(ipHdr + l4Hdr, f.len));
+  const b = new Uint8Array(14 + ipLen);
+  const dv = new DataView(b.buffer);
+  b.set([0x02, 0, 0, 0, 0, 1, 0x02, 0, 0, 0, 0, 2], 0);
+  dv.setUint16(12, f.v6 ? 0x86dd : 0x0800);
+  const p = 14;
+  const proto = f.tcp ? 6 : 17;
+  if (f.v6) {
+    b[p] = 0x60;
+    dv.setUint16(p + 4, ipLen - 40);
+    b[p + 6] = proto;
+    b[p + 7] = f.ttl & 0xff;
+    for (let k = 0; k < 4; k++) {
+      dv.setUint32(p + 8 + k * 4, (f.src[k] ?? 0) >>> 0);
+      dv.setUint32(p + 24 + k * 4, (f.dst[k] ?? 0) >>> 0);
+    }
+  } else {
+    b[p] = 0x45;
+    dv.setUint16(p + 2, ipLen);
+    b[p + 8] = f.ttl & 0xff;
+    b[p + 9] = proto;
+    dv.setUint32(p + 12, (f.src.length === 1 ? f.src[0]! : 0x0a000001) >>> 0);
+    dv.setUint32(p + 16, (f.dst.length === 1 ? f.dst[0]! : 0x0a000002) >>> 0);
+  }
+  const l4 = p + ipHdr;
+  dv.setUint16(l4, f.srcPort & 0xffff);
+  dv.setUint16(l4 + 2, f.dstPort & 0xffff);
+  if (f.tcp) {
+    b[l4 + 12] = 0x50;
+    b[l4 + 13] = f.flags;
+  } else {
+    dv.setUint16(l4 + 4, ipLen - ipHdr);
+  }
+  return b;
+}
