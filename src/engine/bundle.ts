@@ -289,8 +289,8 @@ export const MAX_FUNCTION_SOURCE = 30_000;
 // optimised code, and a site never reached before optimisation has no type
 // feedback, so the first packet a rule blocks after that deoptimised the whole
 // function, which then ran unoptimised until V8 optimised it again. On the
-// pipeline benchmark's 50 rules, the first 1M packets cost 18 optimisations of
-// the packet program, most of them for a rule's first hit, and `moat replay`
+// pipeline benchmark's 50 rules, the first 1M packets cost 14-18 optimisations
+// of the packet program, most of them for a rule's first hit, and `moat replay`
 // of that file ran at ~1.0 M packets/s against ~3 M once warm. One counting
 // site in the caller is warm after the first block.
 function ruleLine(rule: Rule, i: number, cond: string, skip: string): string {

@@ -51,7 +51,8 @@ export interface FieldLocal {
 
 // Locals the frame test leaves to the field expressions: $p is the IP header,
 // $l4 the transport header, $v4 and $tcp what they say (else IPv6, UDP).
-const TCP_FLAG_BITS: ReadonlyArray<readonly [number, number]> = [
+/** [bool slot, bit of the TCP flags byte] of each TCP flag field (warm-up.ts builds frames from it too). */
+export const TCP_FLAG_BITS: ReadonlyArray<readonly [number, number]> = [
   [S.TCP_FLAG_FIN, 0], [S.TCP_FLAG_SYN, 1], [S.TCP_FLAG_RST, 2], [S.TCP_FLAG_PSH, 3],
   [S.TCP_FLAG_ACK, 4], [S.TCP_FLAG_URG, 5], [S.TCP_FLAG_ECE, 6], [S.TCP_FLAG_CWR, 7],
 ];

@@ -48,7 +48,7 @@ const LT_ETHERNET = 1;
  * Times warmUp() runs the warm-up frames. Once gives every test its feedback:
  * on the pipeline benchmark, one round (400 frames, ~5 ms) and four (~13 ms)
  * both left one optimisation of the packet program in the first million
- * packets, against 16 without warm-up.
+ * packets, against 14-18 without warm-up.
  */
 const WARM_UP_ROUNDS = 1;
 checkCopies('engine/packet-path', { LT_ETHERNET: PACKET.LINKTYPE.ETHERNET }, { LT_ETHERNET });

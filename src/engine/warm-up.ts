@@ -8,7 +8,7 @@
 // port 6644 yet) has none, so the optimised code deoptimises the whole
 // function the first time a packet reaches it, and the function runs
 // unoptimised until V8 optimises it again, tens of milliseconds later. On the
-// pipeline benchmark's 50 rules the first million packets cost 14 such
+// pipeline benchmark's 50 rules the first million packets cost 14-18 such
 // rounds, and `moat replay` of that file ran at ~1.0 M packets/s against ~3 M
 // once the code was stable. A frame per rule whose fields take the rule's
 // literals (6644, 6645, the flags it tests...) reaches those tests before
@@ -22,6 +22,10 @@
 // with a fixed seed, so a bundle always gets the same frames.
 
 import type { Checked } from '../expr/index.js';
+import { TCP_FLAG_BITS } from './fused.js';
+
+// Probes of bool fields are keyed by slot, as fused.ts names the flag fields.
+const boolKey = (slot: number): string => `B${slot}`;
 
 /** Frames per rule: each protocol the rule reads, over both families, with different picks. */
 const FRAMES_PER_RULE = 8;
@@ -49,7 +53,7 @@ export function warmUpFrames(trees: ReadonlyArray<Checked | null>): Uint8Array[]
     const names = [...probes.keys()];
     const proto = probes.get('ip.proto') ?? [];
     const udp = names.some((f) => f.startsWith('udp.')) || proto.includes(17);
-    const tcp = names.some((f) => f.startsWith('tcp.')) || proto.includes(6);
+    const tcp = names.some((f) => f.startsWith('tcp.')) || TCP_FLAG_BITS.some(([slot]) => probes.has(boolKey(slot))) || proto.includes(6);
     const protos = udp === tcp ? (['tcp', 'udp'] as const) : udp ? (['udp'] as const) : (['tcp'] as const);
     for (let k = 0; k < FRAMES_PER_RULE; k++) {
       // Half the frames try to meet every test of the rule (an `and` of tests
@@ -81,18 +85,13 @@ export function warmUpFrames(trees: ReadonlyArray<Checked | null>): Uint8Array[]
   return frames;
 }
 
-const FLAG_BITS: ReadonlyArray<readonly [string, number]> = [
-  ['tcp.flags.fin', 0], ['tcp.flags.syn', 1], ['tcp.flags.reset', 2], ['tcp.flags.push', 3],
-  ['tcp.flags.ack', 4], ['tcp.flags.urg', 5], ['tcp.flags.ecn', 6], ['tcp.flags.cwr', 7],
-];
-
 // The TCP flags byte: a value the rule compares `tcp.flags` with, else each flag it tests set or not at random.
 function flagsOf(probes: Probes, rand: (n: number) => number): number {
   const whole = probes.get('tcp.flags');
   if (whole !== undefined && whole.length > 0 && rand(2) === 0) return whole[rand(whole.length)]! & 0xff;
   let flags = rand(2) === 0 ? 0x02 : 0x10;
-  for (const [name, bit] of FLAG_BITS) {
-    const p = probes.get(name);
+  for (const [slot, bit] of TCP_FLAG_BITS) {
+    const p = probes.get(boolKey(slot));
     if (p !== undefined && p.length > 0) flags = p[rand(p.length)] === 1 ? flags | (1 << bit) : flags & ~(1 << bit);
   }
   return flags;
@@ -119,8 +118,8 @@ function collect(t: Checked, positive: boolean, hits: Probes, probes: Probes, ad
       collect(t.operand, !positive, hits, probes, addrs);
       return;
     case 'bool':
-      add(probes, t.field.name, 0, 1);
-      hit(t.field.name, 1, 0);
+      add(probes, boolKey(t.field.slot), 0, 1);
+      hit(boolKey(t.field.slot), 1, 0);
       return;
     case 'int-cmp': {
       const v = t.value;
