@@ -10,6 +10,7 @@
 //     eager lookups (every address looked up);
 //   * the same, as the first pass of a new process (what `moat replay` of the
 //     file costs, V8's warm-up included), with and without PacketPath.warmUp();
+//   * the same ruleset without its three list rules: what the lists cost;
 //   * a bare loop that only walks the records (Moat's reader, batches as replay reads
 //     them, no decoding): the I/O floor;
 //   * tcpdump -r with a BPF filter on a simpler rule, and Moat on that same rule;
@@ -159,23 +160,36 @@ export function moatPass(capture: string, path: PacketPath): { seconds: number; 
 // One pass over the capture in a fresh process, as `moat replay` makes it: the
 // generated code starts unoptimised, and the first pass pays V8's warm-up.
 // `warm` runs PacketPath.warmUp() first (replay does), and its time counts.
-const FIRST_PASS_SCRIPT = `
+// `no-lists` loads the ruleset without its list rules (same lists and
+// databases), warms up, and prints its best of three passes; in a process of
+// its own so that a second packet program does not share the type feedback of
+// PacketPath.process() with the full ruleset's passes.
+const CHILD_SCRIPT = `
 import { PacketPath } from ${JSON.stringify(new URL('../src/engine/index.js', import.meta.url).href)};
 import { fullBundle, moatPass } from ${JSON.stringify(import.meta.url)};
 const [mode, dir] = process.argv.slice(2);
-const b = fullBundle(dir);
+const b = fullBundle(dir, mode === 'no-lists' ? 'no-lists.json' : 'rules.json');
 const path = new PacketPath(b.evaluator, { table: b.table });
 const t0 = process.hrtime.bigint();
-if (mode === 'warm') path.warmUp();
+if (mode !== 'cold') path.warmUp();
 const warm = Number(process.hrtime.bigint() - t0) / 1e9;
-const m = moatPass(dir + '/traffic.pcap', path);
-console.log(JSON.stringify({ seconds: warm + m.seconds, dropped: m.dropped }));
+let m = moatPass(dir + '/traffic.pcap', path);
+let seconds = warm + m.seconds;
+for (let i = 0; mode === 'no-lists' && i < 2; i++) {
+  m = moatPass(dir + '/traffic.pcap', path);
+  seconds = Math.min(seconds, m.seconds);
+}
+console.log(JSON.stringify({ seconds, dropped: m.dropped }));
 `;
 
-/** The benchmark's full bundle: its rules, three lists and both GeoIP databases, from the inputs in `dir`. */
-export function fullBundle(dir: string): LoadedBundle {
+/**
+ * The benchmark's full bundle: its rules, three lists and both GeoIP
+ * databases, from the inputs in `dir`; `rules` names another rules file of
+ * `dir` to load with the same lists and databases.
+ */
+export function fullBundle(dir: string, rules = 'rules.json'): LoadedBundle {
   return loadBundle({
-    rules: [join(dir, 'rules.json')],
+    rules: [join(dir, rules)],
     lists: [
       { name: 'svc.malware', file: join(dir, 'malware.txt') },
       { name: 'svc.botnetcc', file: join(dir, 'botnetcc.txt') },
@@ -186,9 +200,9 @@ export function fullBundle(dir: string): LoadedBundle {
   });
 }
 
-function firstPass(dir: string, mode: 'warm' | 'cold'): { seconds: number; dropped: number } {
-  const r = spawnSync(process.execPath, [join(dir, 'first-pass.mjs'), mode, dir], { encoding: 'utf8' });
-  if (r.status !== 0) throw new Error(`first pass (${mode}) failed: ${r.stderr}`);
+function inChild(dir: string, mode: 'warm' | 'cold' | 'no-lists'): { seconds: number; dropped: number } {
+  const r = spawnSync(process.execPath, [join(dir, 'child.mjs'), mode, dir], { encoding: 'utf8' });
+  if (r.status !== 0) throw new Error(`child pass (${mode}) failed: ${r.stderr}`);
   return JSON.parse(r.stdout) as { seconds: number; dropped: number };
 }
 
@@ -210,6 +224,8 @@ export function runPipelineBench(): void {
     });
     const rules = ruleset(rng);
     writeFileSync(join(dir, 'rules.json'), JSON.stringify({ phase: 'network_transit', rules: rules.map((r, i) => ({ id: `r${i}`, action: 'block', expression: r.cf })) }));
+    // The same rules without the three that read lists (same lists and databases loaded, same address table).
+    writeFileSync(join(dir, 'no-lists.json'), JSON.stringify({ phase: 'network_transit', rules: rules.flatMap((r, i) => (r.cf.includes('$') ? [] : [{ id: `r${i}`, action: 'block', expression: r.cf }])) }));
     writeFileSync(join(dir, 'simple.json'), JSON.stringify({ rules: [{ action: 'block', expression: 'tcp.dstport in {22 23 3389} or ip.src in {10.0.0.0/8}' }] }));
     const capture = join(dir, 'traffic.pcap');
     writeCapture(capture, PACKETS, rng, lists.flatMap((l) => l.sample));
@@ -255,16 +271,19 @@ export function runPipelineBench(): void {
     if (noProgram.dropped !== moat.dropped) throw new Error(`without packet programs ${noProgram.dropped} packets were dropped, with them ${moat.dropped}`);
 
     // The first pass of a fresh process, with and without warm-up, alternating.
-    writeFileSync(join(dir, 'first-pass.mjs'), FIRST_PASS_SCRIPT);
+    writeFileSync(join(dir, 'child.mjs'), CHILD_SCRIPT);
     let warmFirst = Infinity;
     let coldFirst = Infinity;
     for (let round = 0; round < 2; round++) {
-      const w = firstPass(dir, 'warm');
-      const c = firstPass(dir, 'cold');
+      const w = inChild(dir, 'warm');
+      const c = inChild(dir, 'cold');
       if (w.dropped !== moat.dropped || c.dropped !== moat.dropped) throw new Error(`a first pass dropped ${w.dropped} / ${c.dropped} packets, the steady one ${moat.dropped}`);
       warmFirst = Math.min(warmFirst, w.seconds);
       coldFirst = Math.min(coldFirst, c.seconds);
     }
+    // The ruleset without its list rules (see CHILD_SCRIPT).
+    const noListRules = [0, 1].map(() => inChild(dir, 'no-lists')).reduce((a, b) => (b.seconds < a.seconds ? b : a));
+    if (noListRules.dropped === 0 || noListRules.dropped >= moat.dropped) throw new Error(`without its list rules the ruleset dropped ${noListRules.dropped} packets, with them ${moat.dropped}`);
 
     const simple = loadBundle({ rules: [join(dir, 'simple.json')] });
     const simplePath = new PacketPath(simple.evaluator, {});
@@ -279,6 +298,7 @@ export function runPipelineBench(): void {
     console.log(`Moat, same, first pass of a new process    ${fmt(PACKETS / warmFirst)}  (${(warmFirst * 1e9 / PACKETS).toFixed(0)} ns/packet, what \`moat replay\` of this file does, warm-up included; without warm-up: ${fmt(PACKETS / coldFirst).trim()})`);
     console.log(`Moat, same, without packet programs        ${fmt(PACKETS / noProgram.seconds)}  (${(noProgram.seconds * 1e9 / PACKETS).toFixed(0)} ns/packet)`);
     console.log(`Moat, same, eager lookups                  ${fmt(PACKETS / eager.seconds)}  (${(eager.seconds * 1e9 / PACKETS).toFixed(0)} ns/packet; ${(eager.lookups / PACKETS).toFixed(2)} table lookups/packet)`);
+    console.log(`Moat, same without its 3 list rules        ${fmt(PACKETS / noListRules.seconds)}  (${(noListRules.seconds * 1e9 / PACKETS).toFixed(0)} ns/packet: the list rules cost ${((moat.seconds - noListRules.seconds) * 1e9 / PACKETS).toFixed(0)} ns/packet, most of it waiting on memory: list screens and table lookups of uniformly random addresses)`);
     console.log(`Moat, simple rule                          ${fmt(PACKETS / simpleBest.seconds)}  (${simpleBest.dropped.toLocaleString('en-US')} dropped)`);
 
     const bpf = '(tcp dst port 22 or tcp dst port 23 or tcp dst port 3389) or src net 10.0.0.0/8';
