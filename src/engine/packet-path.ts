@@ -601,12 +601,13 @@ export class PacketPath implements LazyResolver, FusedHost {
   // The list screen (AddressTable.listScreen4): 1 when the address in `ipSlot`
   // may be in a list (its list group stays pending: a lookup tells); else its
   // list bits are written (0, or absent without an address) and 0 is returned.
+  // (The same screen read as a packet program's, screenedAt(), once the family is known.)
   private listed(ipSlot: number, listsSlot: number): number {
     const ctx = this.ctx;
     const fam = ctx.ipFamily[ipSlot];
-    const t = this.table!;
-    if (fam === 4 ? t.mayBeListed4(ctx.ip4[ipSlot]!) : fam === 6 && t.mayBeListed6(ctx.ip6[ipSlot * 4]!)) return 1;
-    ctx.ints[listsSlot] = fam === 0 ? NaN : 0;
+    if (fam === 4) return this.screenedAt(true, ctx.ip4[ipSlot]!, listsSlot);
+    if (fam === 6) return this.screenedAt(false, ctx.ip6[ipSlot * 4]!, listsSlot);
+    ctx.ints[listsSlot] = NaN;
     this.counters.v[C_SCREENED]++;
     return 0;
   }
