@@ -3,14 +3,13 @@
 // bundle between two packets when its files change or on SIGHUP. A bundle that
 // fails to compile is rejected and logged; the running one stays.
 
-import { createHash } from 'node:crypto';
-import { readFileSync, watch, type FSWatcher } from 'node:fs';
+import { watch, type FSWatcher } from 'node:fs';
 import { createServer, type Server } from 'node:http';
 import { basename, dirname } from 'node:path';
 import type { Logger } from 'pino';
 import type { FrameSource } from '../capture/index.js';
 import type { DaemonConfig } from '../config/index.js';
-import { BundleError, loadBundle, PacketPath, PathCounters, type BundleFiles, type Evaluator, type LoadedBundle } from '../engine/index.js';
+import { BundleError, BundleLoader, PacketPath, PathCounters, type BundleFiles, type Evaluator, type LoadedBundle } from '../engine/index.js';
 import { MoatError } from '../errors/index.js';
 import { DropRecorder } from './drop-recorder.js';
 import { daemonMetrics } from './metrics.js';
@@ -60,6 +59,8 @@ export class Daemon {
   private dropLogWindow = 0;
   private dropLogCount = 0;
   private readonly signalHandlers: Array<[NodeJS.Signals, () => void]> = [];
+  /** Keeps the address table across reloads that leave lists and databases unchanged (see BundleLoader). */
+  private readonly loader = new BundleLoader();
 
   constructor(
     readonly config: DaemonConfig,
@@ -74,7 +75,7 @@ export class Daemon {
     const sources = c.interfaces.map((name) => this.openSource(name, { ringBytes: c.capture.ringBytes, filter: c.capture.filter }));
     this.ports = sources.map((source) => {
       const counters = new PathCounters();
-      return { name: source.iface, source, counters, path: this.pathFor(bundle, counters), peer: null };
+      return { name: source.iface, source, counters, path: this.pathFor(bundle, counters, false), peer: null };
     });
     if (c.mode === 'inline') {
       this.ports[0]!.peer = this.ports[1]!;
@@ -153,11 +154,11 @@ export class Daemon {
     this.log.info({ interface: port.name, rule: rule?.rule.id ?? (rule ? `${rule.level}#${rule.index}` : null), ruleset: rule?.level ?? null }, 'dropped');
   }
 
-  private pathFor(bundle: LoadedBundle, counters: PathCounters): PacketPath {
+  private pathFor(bundle: LoadedBundle, counters: PathCounters, warm: boolean): PacketPath {
     const c = this.config;
     const path = new PacketPath(bundle.evaluator, { table: bundle.table, colo: c.colo, undecodable: c.undecodable, counters });
     // Before the swap: a bundle's code that meets traffic unwarmed deoptimises on each rule's first match (see PacketPath.warmUp).
-    path.warmUp();
+    if (warm) path.warmUp();
     return path;
   }
 
@@ -167,32 +168,27 @@ export class Daemon {
   }
 
   private load(): LoadedBundle {
-    return loadBundle(bundleFiles(this.config));
+    return this.loader.load(bundleFiles(this.config));
   }
 
-  // The version: the rulesets' own version fields and a hash of every input file.
+  // The version: the rulesets' own version fields and the digest of every input file.
   private versionOf(bundle: LoadedBundle): string {
-    const h = createHash('sha256');
-    for (const f of this.files()) {
-      try {
-        h.update(readFileSync(f));
-      } catch {
-        h.update('missing:' + f);
-      }
-    }
     const versions = bundle.rulesets.map((r) => r.version ?? '-').join('/');
-    return `${versions}@${h.digest('hex').slice(0, 12)}`;
+    return `${versions}@${bundle.digest.slice(0, 12)}`;
   }
 
   // Swapping is assigning each port's path: the event loop runs packet
   // callbacks one at a time, so a packet sees the old path or the new, never a mix.
+  // One warm-up serves every port: the type feedback it gives belongs to the
+  // bundle's generated code and to PacketPath's methods, which all ports share.
   private swapIn(bundle: LoadedBundle, reason: string): void {
-    for (const port of this.ports) port.path = this.pathFor(bundle, port.counters);
+    const paths = this.ports.map((port, i) => this.pathFor(bundle, port.counters, i === 0));
+    this.ports.forEach((port, i) => (port.path = paths[i]!));
     this.evaluator = bundle.evaluator;
     this.version = this.versionOf(bundle);
     if (reason !== 'start') {
       this.swaps++;
-      this.log.info({ version: this.version, reason, rules: bundle.evaluator.rules.length }, 'ruleset swapped');
+      this.log.info({ version: this.version, reason, rules: bundle.evaluator.rules.length, listsAndGeoIp: bundle.tableReused ? 'unchanged' : 'reloaded' }, 'ruleset swapped');
     }
   }
 

@@ -3,4 +3,4 @@
 export { parseRuleset, toRuleset, type Rule, type Ruleset, type RuleAction } from './ruleset.js';
 export { compileBundle, BundleError, Evaluator, MAX_FUNCTION_SOURCE, VERDICT_PASS, type BundleInput, type CompiledRule, type Level } from './bundle.js';
 export { LOOK_AHEAD, PacketPath, PathCounters, tableLists, type AheadReader, type PacketPathOptions, type UndecodablePolicy } from './packet-path.js';
-export { loadBundle, type BundleFiles, type LoadedBundle } from './load.js';
+export { BundleLoader, loadBundle, type BundleFiles, type LoadedBundle } from './load.js';

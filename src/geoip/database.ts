@@ -78,13 +78,16 @@ export async function openGeoIp(path: string, options: OpenGeoIpOptions = {}): P
 
 /** Synchronous form of {@link openGeoIp}. */
 export function openGeoIpSync(path: string, options: OpenGeoIpOptions = {}): GeoIpDatabase {
-  let buf: Buffer;
+  return geoIpFromBuffer(readGeoIpFileSync(path), path, options);
+}
+
+/** The bytes of a database file, for callers that keep them (a digest) before geoIpFromBuffer. Unreadable file: GEOIP_READ. */
+export function readGeoIpFileSync(path: string): Buffer {
   try {
-    buf = readFileSync(path);
+    return readFileSync(path);
   } catch (err) {
     throw readError(path, err);
   }
-  return geoIpFromBuffer(buf, path, options);
 }
 
 function readError(path: string, err: unknown): MoatError {

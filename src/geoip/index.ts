@@ -12,6 +12,7 @@
 export {
   openGeoIp,
   openGeoIpSync,
+  readGeoIpFileSync,
   geoIpFromBuffer,
   type GeoIpKind,
   type GeoIpDatabase,

@@ -18,6 +18,7 @@ export { IpRangeSet, parseIpRange, EMPTY_IP_SET, type IpMatcher, type IpRange } 
 export {
   loadListFile,
   loadListFileSync,
+  readListFileSync,
   parseListText,
   rangeListFromStrings,
   emptyRangeList,

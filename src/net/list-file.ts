@@ -51,13 +51,16 @@ export async function loadListFile(path: string): Promise<IpRangeList> {
 
 /** Synchronous form of {@link loadListFile}. */
 export function loadListFileSync(path: string): IpRangeList {
-  let text: string;
+  return parseListText(readListFileSync(path).toString('utf8'), path);
+}
+
+/** The bytes of a list file, for callers that keep them (a digest) before parseListText. Unreadable file: LIST_READ. */
+export function readListFileSync(path: string): Buffer {
   try {
-    text = readFileSync(path, 'utf8');
+    return readFileSync(path);
   } catch (err) {
     throw readError(path, err);
   }
-  return parseListText(text, path);
 }
 
 function readError(path: string, err: unknown): MoatError {
