@@ -240,27 +240,38 @@ function inChild(dir: string, mode: 'warm' | 'cold' | 'no-lists'): { seconds: nu
 
 const fmt = (pps: number) => `${(pps / 1e6).toFixed(3).padStart(9)} M packets/s`;
 
+/**
+ * Writes the benchmark's inputs into `dir`: country.mmdb and asn.mmdb, three
+ * list files (malware.txt, botnetcc.txt, office.txt), rules.json (the 50
+ * rules), no-lists.json (the same without the three list rules), simple.json,
+ * and traffic.pcap of `packets` frames. Returns the rules in both syntaxes.
+ */
+export function writePipelineInputs(dir: string, packets: number): RuleSpec[] {
+  const rng = new Rng(2026);
+  writeFileSync(join(dir, 'country.mmdb'), syntheticCountryDb(new Rng(1), { v4: 300_000, v6: 30_000 }));
+  writeFileSync(join(dir, 'asn.mmdb'), syntheticAsnDb(new Rng(2), { v4: 100_000, v6: 10_000 }));
+  const lists = ['malware', 'botnetcc', 'office'].map((n) => {
+    const l = listFile(rng, LIST_SIZE);
+    writeFileSync(join(dir, `${n}.txt`), l.text);
+    return l;
+  });
+  const rules = ruleset(rng);
+  writeFileSync(join(dir, 'rules.json'), JSON.stringify({ phase: 'network_transit', rules: rules.map((r, i) => ({ id: `r${i}`, action: 'block', expression: r.cf })) }));
+  // The same rules without the three that read lists (same lists and databases loaded, same address table).
+  writeFileSync(join(dir, 'no-lists.json'), JSON.stringify({ phase: 'network_transit', rules: rules.flatMap((r, i) => (r.cf.includes('$') ? [] : [{ id: `r${i}`, action: 'block', expression: r.cf }])) }));
+  writeFileSync(join(dir, 'simple.json'), JSON.stringify({ rules: [{ action: 'block', expression: 'tcp.dstport in {22 23 3389} or ip.src in {10.0.0.0/8}' }] }));
+  writeCapture(join(dir, 'traffic.pcap'), packets, rng, lists.flatMap((l) => l.sample));
+  return rules;
+}
+
 /** Runs the pipeline benchmark and prints its figures. */
 export function runPipelineBench(): void {
-  const rng = new Rng(2026);
   const dir = mkdtempSync(join(tmpdir(), 'moat-pipeline-'));
   try {
     console.log(`\n## Packet path end to end (${PACKETS.toLocaleString('en-US')} packets, 50 rules, 3 x ${LIST_SIZE.toLocaleString('en-US')}-prefix lists, GeoIP country + ASN on both addresses)`);
     let t = Date.now();
-    writeFileSync(join(dir, 'country.mmdb'), syntheticCountryDb(new Rng(1), { v4: 300_000, v6: 30_000 }));
-    writeFileSync(join(dir, 'asn.mmdb'), syntheticAsnDb(new Rng(2), { v4: 100_000, v6: 10_000 }));
-    const lists = ['malware', 'botnetcc', 'office'].map((n) => {
-      const l = listFile(rng, LIST_SIZE);
-      writeFileSync(join(dir, `${n}.txt`), l.text);
-      return l;
-    });
-    const rules = ruleset(rng);
-    writeFileSync(join(dir, 'rules.json'), JSON.stringify({ phase: 'network_transit', rules: rules.map((r, i) => ({ id: `r${i}`, action: 'block', expression: r.cf })) }));
-    // The same rules without the three that read lists (same lists and databases loaded, same address table).
-    writeFileSync(join(dir, 'no-lists.json'), JSON.stringify({ phase: 'network_transit', rules: rules.flatMap((r, i) => (r.cf.includes('$') ? [] : [{ id: `r${i}`, action: 'block', expression: r.cf }])) }));
-    writeFileSync(join(dir, 'simple.json'), JSON.stringify({ rules: [{ action: 'block', expression: 'tcp.dstport in {22 23 3389} or ip.src in {10.0.0.0/8}' }] }));
+    const rules = writePipelineInputs(dir, PACKETS);
     const capture = join(dir, 'traffic.pcap');
-    writeCapture(capture, PACKETS, rng, lists.flatMap((l) => l.sample));
     console.log(`(inputs generated in ${((Date.now() - t) / 1000).toFixed(1)} s)`);
 
     t = Date.now();

@@ -1,5 +1,5 @@
-// Runs the benchmarks: `npm run bench [-- name...]` (names: expr, pcap-reader, pipeline, address-table,
-// inline, api, soak). Without names every benchmark but the 10-minute soak runs. inline and
+// Runs the benchmarks: `npm run bench [-- name...]` (names: expr, pcap-reader, pipeline, swap,
+// address-table, inline, api, soak). Without names every benchmark but the 10-minute soak runs. inline and
 // soak need root, iperf3 and network namespaces.
 import { runAddressTableBench } from './address-table.bench.js';
 import { runApiBench } from './api.bench.js';
@@ -8,11 +8,13 @@ import { runInlineBench } from './inline.bench.js';
 import { runPcapReaderBench } from './pcap-reader.bench.js';
 import { runPipelineBench } from './pipeline.bench.js';
 import { runSoak } from './soak.bench.js';
+import { runSwapBench } from './swap.bench.js';
 
 const BENCHES: Record<string, () => void | Promise<void>> = {
   expr: runExprBench,
   'pcap-reader': runPcapReaderBench,
   pipeline: runPipelineBench,
+  swap: runSwapBench,
   'address-table': runAddressTableBench,
   inline: runInlineBench,
   api: runApiBench,

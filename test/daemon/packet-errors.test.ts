@@ -7,42 +7,14 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { pino } from 'pino';
 import { describe, expect, it } from 'vitest';
-import type { FrameSource, SourceStats } from '../../src/capture/index.js';
 import { validateDaemonConfig } from '../../src/config/index.js';
 import { Daemon } from '../../src/daemon/index.js';
+import { MemorySource } from '../support/memory-source.js';
 import { buildFrame, TCP } from '../support/packet-builder.js';
-
-// A frame source fed from memory: what a capture would deliver, synchronously.
-class MemorySource implements FrameSource {
-  readonly linkType = 1;
-  handler: ((frame: Buffer, length: number, truncated: boolean) => void) | undefined;
-  readonly sentFrames: Buffer[] = [];
-  private counts = { packets: 0, bytes: 0, sent: 0, sendErrors: 0, lastSendError: undefined as string | undefined };
-  constructor(readonly iface: string) {}
-  onPacket(h: (frame: Buffer, length: number, truncated: boolean) => void): void {
-    this.handler = h;
-  }
-  deliver(frame: Uint8Array): void {
-    this.counts.packets++;
-    this.counts.bytes += frame.length;
-    this.handler!(Buffer.from(frame), frame.length, false);
-  }
-  send(frame: Uint8Array, length: number): boolean {
-    this.counts.sent++;
-    this.sentFrames.push(Buffer.from(frame.subarray(0, length)));
-    return true;
-  }
-  stop(): void {
-    this.handler = undefined;
-  }
-  get stats(): SourceStats {
-    return this.counts;
-  }
-}
 
 const dir = mkdtempSync(join(tmpdir(), 'moat-daemon-'));
 writeFileSync(join(dir, 'rules.json'), JSON.stringify({ rules: [{ id: 'block-22', action: 'block', expression: 'tcp.dstport == 22' }] }));
-const frame = (port: number) => buildFrame({ ip: { version: 4, src: '192.0.2.1', dst: '192.0.2.2', ttl: 64 }, l4: { kind: 'tcp', srcPort: 1000, dstPort: port, flags: TCP.SYN } });
+const frame = (port: number) => Buffer.from(buildFrame({ ip: { version: 4, src: '192.0.2.1', dst: '192.0.2.2', ttl: 64 }, l4: { kind: 'tcp', srcPort: 1000, dstPort: port, flags: TCP.SYN } }));
 
 async function run(onError: 'pass' | 'drop') {
   const config = validateDaemonConfig({ mode: 'inline', interfaces: ['x0', 'x1'], rules: { account: join(dir, 'rules.json') }, metrics: { enabled: false }, watch: false, onError }, join(dir, 'd.jsonc'));
