@@ -6,7 +6,7 @@
 // skip ends the current ruleset; log counts and records and goes on.
 
 import { MoatError } from '../errors/index.js';
-import { check, CODEGEN_LOCALS, ConstantPool, DEFAULT_LIMITS, generate, parse, type Limits, type ListProvider } from '../expr/index.js';
+import { check, CODEGEN_LOCALS, ConstantPool, DEFAULT_LIMITS, generate, parse, type Checked, type Limits, type ListProvider } from '../expr/index.js';
 import { planFor, TRANSIT_SCHEME, type DecodePlan } from '../packet/index.js';
 import type { ExecutionContext } from '../expr/index.js';
 import { packetProgramSource, PROGRAM_FRAME_TEST, type FieldLocal, type PacketProgram } from './fused.js';
@@ -341,7 +341,7 @@ type Cond = (K: readonly unknown[], c: ExecutionContext) => unknown;
 
 /** The dispatch of the run of port rules starting at rule i, or null when fewer than PORT_RUN_MIN qualify. */
 function portRun(
-  rules: readonly CompiledRule[], conds: ReadonlyArray<string | null>, pool: ConstantPool, i: number, end: number,
+  rules: readonly CompiledRule[], trees: ReadonlyArray<Checked | null>, conds: ReadonlyArray<string | null>, pool: ConstantPool, i: number, end: number,
 ): { line: string; end: number } | null {
   const field = portField(rules[i]!, conds[i]!);
   if (field === null) return null;
@@ -360,15 +360,23 @@ function portRun(
     }
   }
   if (j - i < PORT_RUN_MIN) return null;
-  // The same conditions again, in one generated loop over every port value:
-  // calling each rule's test per port cost ~17 ms per bundle compile for the
-  // pipeline benchmark's 12-rule run (65,536 x 12 calls), which every ruleset
-  // swap pays; the loop costs ~5 ms (measured: compileBundle of its 47
-  // non-list rules, median of 30, 18.8 -> 6.4 ms; 1.5 ms without the run).
+  // The same conditions, one generated function returning the first rule
+  // (1-based) that matches port value v, or 0.
   const table = new Uint8Array(65536);
-  const tests = conds.slice(i, j).map((cond, k) => `if (${cond!}) { T[v] = ${k + 1}; continue; }`).join('\n');
-  const fill = new Function('K', 'c', 'T', `${CODEGEN_LOCALS}\nfor (let v = 0; v < 65536; v++) {\nI[${slot}] = v;\n${tests}\n}`) as (K: readonly unknown[], c: ExecutionContext, T: Uint8Array) => void;
-  fill(pool.values, ctx, table);
+  const tests = conds.slice(i, j).map((cond, k) => `if (${cond!}) return ${k + 1};`).join('\n');
+  const matchAt = new Function('K', 'c', 'v', `${CODEGEN_LOCALS}\nI[${slot}] = v;\n${tests}\nreturn 0;`) as (K: readonly unknown[], c: ExecutionContext, v: number) => number;
+  const cuts = portCuts(trees.slice(i, j));
+  if (cuts !== null) {
+    // Only comparisons with and sets of integer literals: the answer is the
+    // same over each span between two cuts, so one call per span fills it
+    // (a few hundred calls where every port value cost 65,536: 3.5 of the 7
+    // ms of compileBundle on the pipeline benchmark's rules, which each
+    // ruleset update pays; see bench/swap.bench.ts).
+    for (let k = 0; k + 1 < cuts.length; k++) table.fill(matchAt(pool.values, ctx, cuts[k]!), cuts[k]!, cuts[k + 1]!);
+  } else {
+    // Other tests (a bit mask, a bit slice of the port): every value.
+    for (let v = 0; v < 65536; v++) table[v] = matchAt(pool.values, ctx, v);
+  }
   const t = pool.ref(table);
   const s = `I[${slot}]`;
   const first = i - 1;
@@ -376,6 +384,46 @@ function portRun(
     line: `if (${s} >= 0 && ${s} <= 65535) { const d = ${t}[${s}]; if (d !== 0) return d + ${first}; }`,
     end: j,
   };
+}
+
+/**
+ * The port values (0 .. 65536, ascending, first 0 and last 65536) where the
+ * truth of `trees` may change, when they compare the port only with integer
+ * literals (`==`, `<`..., `in` sets and ranges; `and`, `or`, `xor`, `not`):
+ * between two cuts every test keeps its value. null for any other test.
+ */
+function portCuts(trees: ReadonlyArray<Checked | null>): number[] | null {
+  const cuts = new Set<number>([0, 65536]);
+  const add = (x: number) => {
+    for (const c of [Math.floor(x), Math.floor(x) + 1]) if (c > 0 && c < 65536) cuts.add(c);
+  };
+  const walk = (t: Checked): boolean => {
+    switch (t.kind) {
+      case 'and':
+      case 'or':
+      case 'xor':
+        return t.items.every(walk);
+      case 'not':
+        return walk(t.operand);
+      case 'const':
+        return true;
+      case 'int-cmp':
+        if (t.lhs.kind !== 'field') return false;
+        add(t.value);
+        return true;
+      case 'int-in':
+        if (t.lhs.kind !== 'field') return false;
+        for (let r = 0; r < t.set.lo.length; r++) {
+          add(t.set.lo[r]! - 1);
+          add(t.set.hi[r]!);
+        }
+        return true;
+      default:
+        return false;
+    }
+  };
+  for (const t of trees) if (t === null || !walk(t)) return null;
+  return [...cuts].sort((a, b) => a - b);
 }
 
 /** The port field a rule alone tests, when it may join a port run: an enabled block rule reading one port field and no list. */
@@ -415,7 +463,7 @@ function generateBundle(
     levels.forEach(({ start, end }, l) => {
       lines.push(`L${l}: {`);
       for (let i = start; i < end; i++) {
-        const run = portRun(rules, conds, pool, i, end);
+        const run = portRun(rules, trees, conds, pool, i, end);
         if (run !== null) {
           lines.push(run.line);
           portRuns++;

@@ -14,7 +14,7 @@ type Action = 'block' | 'log';
 
 function portRule(rng: Rng, field: string): string {
   const p = () => (rng.chance(0.5) ? rng.pick([22, 53, 80, 443, 3389, 0, 65535]) : rng.int(65536));
-  switch (rng.int(6)) {
+  switch (rng.int(7)) {
     case 0:
       return `${field} == ${p()}`;
     case 1:
@@ -27,6 +27,9 @@ function portRule(rng: Rng, field: string): string {
       return `${field} ${rng.pick(['<', '>', '<=', '>=', '!='])} ${p()}`;
     case 4:
       return `${field} in {${p()} ${p()}} or ${field} == ${p()}`;
+    case 5:
+      // A bit mask: the table is filled value by value (see portCuts).
+      return `${field} & ${1 << rng.int(16)}`;
     default:
       return `${field} in {${Array.from({ length: 30 + rng.int(40) }, p).join(' ')}}`;
   }
@@ -89,6 +92,34 @@ describe('port dispatch', () => {
         expect(Array.from(ev.logged.subarray(0, ev.loggedCount))).toEqual(logs);
       }
       expect(Array.from(ev.hitPackets)).toEqual(Array.from(hits));
+    });
+  }
+  // Every port value, so that each edge of every set, range and comparison is
+  // met (the tables are filled span by span between those edges).
+  for (let seed = 0; seed < 3; seed++) {
+    it(`gives the verdicts of the rules one by one for every port value (ruleset ${seed})`, () => {
+      const rng = new Rng(91_000 + seed);
+      const rules = randomRules(rng);
+      const ev = compileBundle({ account: toRuleset({ name: 'a', phase: 'network_transit', rules }) });
+      expect(ev.portRuns).toBeGreaterThan(0);
+      const filters = rules.map((r) => compileExpression(r.expression, { scheme: S }));
+      const ctx = S.newContext();
+      const ports = ['tcp.dstport', 'tcp.srcport', 'udp.dstport', 'udp.srcport'].map(slot);
+      let mismatches = 0;
+      for (let v = 0; v < 65536; v++) {
+        ctx.reset();
+        for (const s of ports) ctx.setInt(s, v);
+        ctx.setInt(slot('ip.len'), 700);
+        let want = VERDICT_PASS;
+        for (const [k, r] of rules.entries()) {
+          if (r.action === 'block' && filters[k]!.execute(ctx)) {
+            want = k;
+            break;
+          }
+        }
+        if (ev.evaluate(ctx, 100) !== want && mismatches++ < 5) expect(ev.evaluate(ctx, 100), `port ${v}`).toBe(want);
+      }
+      expect(mismatches).toBe(0);
     });
   }
   it('compiled some runs (the tests above cover them)', () => {
