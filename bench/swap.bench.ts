@@ -109,11 +109,12 @@ export async function runSwapBench(): Promise<void> {
     await daemon.stop();
     if (versioned !== total) throw new Error(`${total - versioned} updates did not show their version`);
 
+    const firstUpdate = rulesOnly[0]!;
     rulesOnly.sort((a, b) => a - b);
     withList.sort((a, b) => a - b);
     const f = (x: number) => `${x.toFixed(1)} ms`;
     console.log(`daemon start (bundle loaded, table built, warm-up)   ${f(startMs)}`);
-    console.log(`rules-only update, ${rulesOnly.length} updates             p50 ${f(percentile(rulesOnly, 50))}  p99 ${f(percentile(rulesOnly, 99))}  max ${f(rulesOnly[rulesOnly.length - 1]!)}`);
+    console.log(`rules-only update, ${rulesOnly.length} updates             p50 ${f(percentile(rulesOnly, 50))}  p99 ${f(percentile(rulesOnly, 99))}  max ${f(rulesOnly[rulesOnly.length - 1]!)}  (the first, while the compiler's own code is cold: ${f(firstUpdate)})`);
     console.log(`rules + one list changed, ${withList.length} updates        p50 ${f(percentile(withList, 50))}  max ${f(withList[withList.length - 1]!)}  (table rebuilt: what every update cost before; rules-only p99 is ${(percentile(withList, 50) / percentile(rulesOnly, 99)).toFixed(0)}x faster than its p50)`);
     console.log(`reference: performance.md target <= 10 ms p99 (floor 50 ms)   rules-only p99 ${percentile(rulesOnly, 99) <= 10 ? 'meets' : 'misses'} it`);
   } finally {
