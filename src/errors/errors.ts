@@ -2,6 +2,8 @@
 // from the registry, a human message, and optional location data (a source
 // span for expressions, a JSON pointer for API bodies, a file and line for CLI input).
 
+import { readFileSync } from 'node:fs';
+import { readFile } from 'node:fs/promises';
 import { ERRORS, type ErrorName } from './codes.js';
 
 /** A half-open character range [start, end) in some source text. */
@@ -47,5 +49,37 @@ export class MoatError extends Error {
     this.file = details.file;
     this.line = details.line;
     this.chain = details.chain;
+  }
+}
+
+// Why a file could not be read, in a user's words.
+function unreadable(err: unknown): string {
+  const e = err as NodeJS.ErrnoException;
+  return e.code === 'ENOENT' ? 'no such file' : e.code === 'EISDIR' ? 'it is a directory' : e.code === 'EACCES' ? 'permission denied' : String(e.message ?? err);
+}
+
+function readFailure(path: string, name: ErrorName, what: string, err: unknown): MoatError {
+  return new MoatError(name, `cannot read ${what} ${path}: ${unreadable(err)}`, { file: path, cause: err });
+}
+
+/**
+ * Reads a whole file. When it cannot be read, throws MoatError `name` naming
+ * the file: "cannot read <what> <path>: no such file" (or "it is a
+ * directory", "permission denied", the system's message).
+ */
+export function readFileCoded(path: string, name: ErrorName, what: string): Buffer {
+  try {
+    return readFileSync(path);
+  } catch (err) {
+    throw readFailure(path, name, what, err);
+  }
+}
+
+/** The asynchronous form of {@link readFileCoded}. */
+export async function readFileCodedAsync(path: string, name: ErrorName, what: string): Promise<Buffer> {
+  try {
+    return await readFile(path);
+  } catch (err) {
+    throw readFailure(path, name, what, err);
   }
 }

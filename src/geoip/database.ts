@@ -12,10 +12,8 @@
 // each distinct record is decoded once, through `reader.get()` on the first
 // address of the first network that uses it.
 
-import { readFileSync } from 'node:fs';
-import { readFile } from 'node:fs/promises';
 import { Reader } from 'maxmind';
-import { MoatError } from '../errors/index.js';
+import { MoatError, readFileCoded, readFileCodedAsync } from '../errors/index.js';
 import type { CountryRanges, GeoRangeTable } from '../net/geo-ranges.js';
 import { formatIpv4, formatIpv6 } from '../net/ip.js';
 import { TreeError, walkTree, type RawRanges } from './tree-walk.js';
@@ -67,13 +65,7 @@ export async function openGeoIp(path: string, options?: OpenGeoIpOptions & { kin
 export async function openGeoIp(path: string, options?: OpenGeoIpOptions & { kind: 'asn' }): Promise<GeoIpDatabase<AsnTable>>;
 export async function openGeoIp(path: string, options?: OpenGeoIpOptions): Promise<GeoIpDatabase>;
 export async function openGeoIp(path: string, options: OpenGeoIpOptions = {}): Promise<GeoIpDatabase> {
-  let buf: Buffer;
-  try {
-    buf = await readFile(path);
-  } catch (err) {
-    throw readError(path, err);
-  }
-  return geoIpFromBuffer(buf, path, options);
+  return geoIpFromBuffer(await readFileCodedAsync(path, 'GEOIP_READ', 'GeoIP database'), path, options);
 }
 
 /** Synchronous form of {@link openGeoIp}. */
@@ -83,17 +75,7 @@ export function openGeoIpSync(path: string, options: OpenGeoIpOptions = {}): Geo
 
 /** The bytes of a database file, for callers that keep them (a digest) before geoIpFromBuffer. Unreadable file: GEOIP_READ. */
 export function readGeoIpFileSync(path: string): Buffer {
-  try {
-    return readFileSync(path);
-  } catch (err) {
-    throw readError(path, err);
-  }
-}
-
-function readError(path: string, err: unknown): MoatError {
-  const e = err as NodeJS.ErrnoException;
-  const why = e.code === 'ENOENT' ? 'no such file' : e.code === 'EISDIR' ? 'it is a directory' : e.code === 'EACCES' ? 'permission denied' : String(e.message ?? err);
-  return new MoatError('GEOIP_READ', `cannot read GeoIP database ${path}: ${why}`, { file: path, cause: err });
+  return readFileCoded(path, 'GEOIP_READ', 'GeoIP database');
 }
 
 const COUNTRY_TYPE = /country|city|enterprise/i;

@@ -13,9 +13,7 @@
 // to parseIpRange, which decides and words the error, so the two paths accept
 // exactly the same entries as `ip.src in {...}` does.
 
-import { readFileSync } from 'node:fs';
-import { readFile } from 'node:fs/promises';
-import { MoatError } from '../errors/index.js';
+import { MoatError, readFileCoded, readFileCodedAsync } from '../errors/index.js';
 import { parseIpRange } from './ip-set.js';
 
 /**
@@ -40,13 +38,7 @@ export function emptyRangeList(): IpRangeList {
 
 /** Reads and parses a list file. Unreadable file: MoatError LIST_READ (4002); bad entry: LIST_BAD_ENTRY (4001). */
 export async function loadListFile(path: string): Promise<IpRangeList> {
-  let text: string;
-  try {
-    text = await readFile(path, 'utf8');
-  } catch (err) {
-    throw readError(path, err);
-  }
-  return parseListText(text, path);
+  return parseListText((await readFileCodedAsync(path, 'LIST_READ', 'list file')).toString('utf8'), path);
 }
 
 /** Synchronous form of {@link loadListFile}. */
@@ -56,17 +48,7 @@ export function loadListFileSync(path: string): IpRangeList {
 
 /** The bytes of a list file, for callers that keep them (a digest) before parseListText. Unreadable file: LIST_READ. */
 export function readListFileSync(path: string): Buffer {
-  try {
-    return readFileSync(path);
-  } catch (err) {
-    throw readError(path, err);
-  }
-}
-
-function readError(path: string, err: unknown): MoatError {
-  const e = err as NodeJS.ErrnoException;
-  const why = e.code === 'ENOENT' ? 'no such file' : e.code === 'EISDIR' ? 'it is a directory' : e.code === 'EACCES' ? 'permission denied' : String(e.message ?? err);
-  return new MoatError('LIST_READ', `cannot read list file ${path}: ${why}`, { file: path, cause: err });
+  return readFileCoded(path, 'LIST_READ', 'list file');
 }
 
 /**
