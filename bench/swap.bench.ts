@@ -11,10 +11,12 @@
 // Two kinds of update, alternating:
 //   * rules only (lists and databases byte for byte the same), where the
 //     daemon's BundleLoader keeps the address table;
-//   * rules and a list (one list file rewritten), which rebuilds the table:
-//     what every update cost before the loader kept it.
-// Reference: performance.md's target of <= 10 ms p99 (floor 50 ms) for a
-// 50-rule update, and the full rebuild measured in the same run.
+//   * rules and a list (one list file rewritten), which rebuilds the table
+//     from that list parsed again and the other inputs as parsed before.
+// References: performance.md's target of <= 10 ms p99 (floor 50 ms) for a
+// 50-rule update, and, measured in the same run, a load from nothing (every
+// file read and parsed, the table built, the rules compiled, a path warmed
+// up): what every update cost before the daemon kept what it had loaded.
 
 import { appendFileSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
@@ -22,7 +24,8 @@ import { join } from 'node:path';
 import { pino } from 'pino';
 import { PcapReader } from '../src/capture/index.js';
 import { validateDaemonConfig } from '../src/config/index.js';
-import { Daemon } from '../src/daemon/index.js';
+import { bundleFiles, Daemon } from '../src/daemon/index.js';
+import { loadBundle, PacketPath } from '../src/engine/index.js';
 import { MemorySource } from '../test/support/memory-source.js';
 import { buildFrame, TCP } from '../test/support/packet-builder.js';
 import { writePipelineInputs } from './pipeline.bench.js';
@@ -107,6 +110,14 @@ export async function runSwapBench(): Promise<void> {
       traffic();
     }
     await daemon.stop();
+    const scratch: number[] = [];
+    for (let k = 0; k < 3; k++) {
+      const s = process.hrtime.bigint();
+      const b = loadBundle(bundleFiles(config));
+      new PacketPath(b.evaluator, { table: b.table }).warmUp();
+      scratch.push(Number(process.hrtime.bigint() - s) / 1e6);
+    }
+    scratch.sort((a, b) => a - b);
     if (versioned !== total) throw new Error(`${total - versioned} updates did not show their version`);
 
     const firstUpdate = rulesOnly[0]!;
@@ -115,7 +126,8 @@ export async function runSwapBench(): Promise<void> {
     const f = (x: number) => `${x.toFixed(1)} ms`;
     console.log(`daemon start (bundle loaded, table built, warm-up)   ${f(startMs)}`);
     console.log(`rules-only update, ${rulesOnly.length} updates             p50 ${f(percentile(rulesOnly, 50))}  p99 ${f(percentile(rulesOnly, 99))}  max ${f(rulesOnly[rulesOnly.length - 1]!)}  (the first, while the compiler's own code is cold: ${f(firstUpdate)})`);
-    console.log(`rules + one list changed, ${withList.length} updates        p50 ${f(percentile(withList, 50))}  max ${f(withList[withList.length - 1]!)}  (table rebuilt: what every update cost before; rules-only p99 is ${(percentile(withList, 50) / percentile(rulesOnly, 99)).toFixed(0)}x faster than its p50)`);
+    console.log(`rules + one list changed, ${withList.length} updates        p50 ${f(percentile(withList, 50))}  max ${f(withList[withList.length - 1]!)}  (table rebuilt, that list parsed again)`);
+    console.log(`load from nothing, 3 times                 p50 ${f(scratch[1]!)}  (what every update cost before the daemon kept what it loaded: ${(scratch[1]! / percentile(rulesOnly, 50)).toFixed(0)}x the rules-only p50)`);
     console.log(`reference: performance.md target <= 10 ms p99 (floor 50 ms)   rules-only p99 ${percentile(rulesOnly, 99) <= 10 ? 'meets' : 'misses'} it`);
   } finally {
     rmSync(dir, { recursive: true, force: true });
