@@ -353,6 +353,18 @@ export class AddressTable {
     return screen;
   }
 
+  /**
+   * Takes the value screens `from` has built. Call only when both tables were
+   * built from the same GeoIP ranges (lists may differ): a value screen
+   * depends on countries, AS numbers and the GeoIP alias prefixes only, since
+   * lists split segments without changing their records' GeoIP values, and
+   * each table's screen covers every /24 an accepted GeoIP range meets. Saves
+   * rebuilding them (~20 ms each, up to four per bundle) after a list update.
+   */
+  shareValueScreens(from: AddressTable): void {
+    for (const [memo, screen] of from.screens) if (!this.screens.has(memo) && this.screens.size < MAX_SCREENS) this.screens.set(memo, screen);
+  }
+
   /** mayBeListed4 for an IPv6 address, of which only the first word `w0` counts. */
   mayBeListed6(w0: number): boolean {
     const s = this.listScreen6;

@@ -136,6 +136,24 @@ describe('a bundle loader', () => {
     expect([drops(b, '1.1.1.1', 80), drops(b, '10.9.1.1', 80)]).toEqual([true, true]);
   });
 
+  it('gives a table rebuilt for a list update the value screens of the last one, and not after a GeoIP change', () => {
+    const loader = new BundleLoader();
+    writeRules('ip.src.country == "AU"', 'ip.src in $bad');
+    const a = loader.load(files());
+    const au = [a.table.countryCodes.indexOf('AU')];
+    expect(drops(a, '1.1.1.1', 80)).toBe(true); // builds a's screens (PacketPath)
+    const screenA = a.table.valueScreen(4, au, []);
+    writeFileSync(at('bad.txt'), '10.0.0.7\n');
+    const b = loader.load(files());
+    expect(b.tableReused).toBe(false);
+    expect(b.table.valueScreen(4, au, []) === screenA).toBe(true);
+    expect([drops(b, '1.1.1.1', 80), drops(b, '1.1.2.1', 80), drops(b, '10.0.0.7', 80)]).toEqual([true, false, true]);
+    writeFileSync(at('country.mmdb'), buildCountryMmdb('network,iso_code\n1.1.2.0/24,AU\n'));
+    const c = loader.load(files());
+    expect(c.table.valueScreen(4, [c.table.countryCodes.indexOf('AU')], []) === screenA).toBe(false);
+    expect([drops(c, '1.1.1.1', 80), drops(c, '1.1.2.1', 80)]).toEqual([false, true]);
+  });
+
   it('keeps nothing of a rejected load: the next load compares with the last good one', () => {
     const loader = new BundleLoader();
     writeRules('ip.src in $bad');
