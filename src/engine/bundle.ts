@@ -337,8 +337,6 @@ const PORT_RUN_MIN = 4;
 /** Most rules in one run (positions fit a Uint8Array). */
 const PORT_RUN_MAX = 255;
 
-type Cond = (K: readonly unknown[], c: ExecutionContext) => unknown;
-
 /** The dispatch of the run of port rules starting at rule i, or null when fewer than PORT_RUN_MIN qualify. */
 function portRun(
   rules: readonly CompiledRule[], trees: ReadonlyArray<Checked | null>, conds: ReadonlyArray<string | null>, pool: ConstantPool, i: number, end: number,
@@ -350,32 +348,30 @@ function portRun(
   if (j - i < PORT_RUN_MIN) return null;
   const slot = TRANSIT_SCHEME.field(field).slot;
   const ctx = TRANSIT_SCHEME.newContext();
-  for (let k = i; k < j; k++) {
-    // The rule's own generated code (numbers only, see generate()), run on a context holding only its port.
-    const test = new Function('K', 'c', `${CODEGEN_LOCALS}\nreturn ${conds[k]!};`) as Cond;
-    if (test(pool.values, ctx)) {
-      // True for an absent port: the run stops before this rule.
-      j = k;
-      break;
-    }
-  }
-  if (j - i < PORT_RUN_MIN) return null;
-  // The same conditions, one generated function returning the first rule
-  // (1-based) that matches port value v, or 0.
-  const table = new Uint8Array(65536);
+  // The rules' own generated code (numbers only, see generate()) in one
+  // function: the first rule (1-based) that matches port value v, or 0, on a
+  // context holding only the port (NaN: the port absent).
   const tests = conds.slice(i, j).map((cond, k) => `if (${cond!}) return ${k + 1};`).join('\n');
   const matchAt = new Function('K', 'c', 'v', `${CODEGEN_LOCALS}\nI[${slot}] = v;\n${tests}\nreturn 0;`) as (K: readonly unknown[], c: ExecutionContext, v: number) => number;
+  // A rule true for an absent port: the run stops before it.
+  const absent = matchAt(pool.values, ctx, NaN);
+  if (absent !== 0) j = i + absent - 1;
+  if (j - i < PORT_RUN_MIN) return null;
+  // A port value whose first match is a rule after the run is none of the run's.
+  const size = j - i;
+  const inRun = (d: number) => (d > size ? 0 : d);
+  const table = new Uint8Array(65536);
   const cuts = portCuts(trees.slice(i, j));
   if (cuts !== null) {
-    // Only comparisons with and sets of integer literals: the answer is the
-    // same over each span between two cuts, so one call per span fills it
+    // Only comparisons with and sets of integer literals: the run's answer is
+    // the same over each span between two cuts, so one call per span fills it
     // (a few hundred calls where every port value cost 65,536: 3.5 of the 7
     // ms of compileBundle on the pipeline benchmark's rules, which each
     // ruleset update pays; see bench/swap.bench.ts).
-    for (let k = 0; k + 1 < cuts.length; k++) table.fill(matchAt(pool.values, ctx, cuts[k]!), cuts[k]!, cuts[k + 1]!);
+    for (let k = 0; k + 1 < cuts.length; k++) table.fill(inRun(matchAt(pool.values, ctx, cuts[k]!)), cuts[k]!, cuts[k + 1]!);
   } else {
     // Other tests (a bit mask, a bit slice of the port): every value.
-    for (let v = 0; v < 65536; v++) table[v] = matchAt(pool.values, ctx, v);
+    for (let v = 0; v < 65536; v++) table[v] = inRun(matchAt(pool.values, ctx, v));
   }
   const t = pool.ref(table);
   const s = `I[${slot}]`;
