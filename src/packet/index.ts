@@ -8,3 +8,4 @@ export { planFor, FULL_PLAN, type DecodePlan } from './plan.js';
 export { LINKTYPE, PROTO_NAMES } from './constants.js';
 export { isSip } from './sip.js';
 export * as FIELD_SLOTS from './slots.js';
+export * as LAYOUT from './layout.js';
