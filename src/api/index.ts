@@ -4,4 +4,4 @@ export { ok, fail, type Envelope } from './envelope.js';
 export { DEFAULT_API_LIMITS, type ApiLimits } from './limits.js';
 export { ApiErrors } from './api-error.js';
 export { RulesetService, PHASES, canonicalPhase, type RulesetView } from './rulesets-service.js';
-export { deployedBundle, type DeployedBundle } from './deployed-bundle.js';
+export { readAccountDeployment, type AccountDeployment } from './account-deployment.js';

@@ -586,12 +586,7 @@ export class RulesetService {
 
   /** Every managed ruleset (operator view, latest versions). */
   listManaged(): RulesetView[] {
-    return this.store.read(() =>
-      (this.store.db.prepare("SELECT id FROM rulesets WHERE kind = 'managed' ORDER BY name").all() as { id: string }[]).map((r) => {
-        const row = this.rulesets.get(r.id)!;
-        return this.view(row, row.latest_version, true, true);
-      }),
-    );
+    return this.store.read(() => this.rulesets.managed().map((row) => this.view(row, row.latest_version, true, true)));
   }
 }
 

@@ -90,6 +90,11 @@ export class RulesetStore {
     return this.store.db.prepare(`SELECT ${RS_COLUMNS} FROM rulesets WHERE kind = 'managed' AND name = ?`).get(name) as RulesetRow | undefined;
   }
 
+  /** Every managed ruleset, by name. */
+  managed(): RulesetRow[] {
+    return this.store.db.prepare(`SELECT ${RS_COLUMNS} FROM rulesets WHERE kind = 'managed' ORDER BY name`).all() as RulesetRow[];
+  }
+
   /**
    * Rulesets visible at a level, in creation order, after `afterRowid`: the
    * level's own and the managed ones (which every account may deploy).

@@ -7,7 +7,7 @@
 import { mkdirSync, writeFileSync } from 'node:fs';
 import { join, resolve } from 'node:path';
 import type { Command } from 'commander';
-import { deployedBundle } from '../../api/index.js';
+import { readAccountDeployment } from '../../api/index.js';
 import { isId, Database } from '../../store/index.js';
 import { CliError, type Output } from '../output.js';
 import { DEFAULT_DATA_DIR } from './serve.js';
@@ -26,33 +26,33 @@ export function registerExport(program: Command, out: Output): void {
         if (!isId(id)) throw new CliError(`"${id}" is not an id: accounts and zones are 32 lowercase hex characters`);
       }
       const store = Database.open(flags.dataDir);
-      let bundle;
+      let deployment;
       try {
-        bundle = deployedBundle(store, flags.account, flags.zone);
+        deployment = readAccountDeployment(store, flags.account, flags.zone);
       } finally {
         store.close();
       }
-      if (bundle.account === undefined) throw new CliError(`account ${flags.account} has no network_transit entrypoint`);
+      if (deployment.account === undefined) throw new CliError(`account ${flags.account} has no network_transit entrypoint`);
       const dir = resolve(flags.out);
       mkdirSync(join(dir, 'lists'), { recursive: true });
       mkdirSync(join(dir, 'managed'), { recursive: true });
       const write = (name: string, text: string) => writeFileSync(join(dir, name), text);
-      write('account.json', JSON.stringify(bundle.account, null, 2) + '\n');
-      if (bundle.zone !== undefined) write('zone.json', JSON.stringify(bundle.zone, null, 2) + '\n');
-      for (const m of bundle.managed) write(`managed/${m.id}.json`, JSON.stringify(m, null, 2) + '\n');
-      for (const [name, entries] of Object.entries(bundle.lists)) write(`lists/${name}.txt`, `# ${name}: ${entries.length} entries, exported by moat export\n${entries.join('\n')}${entries.length > 0 ? '\n' : ''}`);
+      write('account.json', JSON.stringify(deployment.account, null, 2) + '\n');
+      if (deployment.zone !== undefined) write('zone.json', JSON.stringify(deployment.zone, null, 2) + '\n');
+      for (const m of deployment.managed) write(`managed/${m.id}.json`, JSON.stringify(m, null, 2) + '\n');
+      for (const [name, entries] of Object.entries(deployment.lists)) write(`lists/${name}.txt`, `# ${name}: ${entries.length} entries, exported by moat export\n${entries.join('\n')}${entries.length > 0 ? '\n' : ''}`);
       const config = {
         rules: {
           account: join(dir, 'account.json'),
-          ...(bundle.zone === undefined ? {} : { zone: join(dir, 'zone.json') }),
-          managed: bundle.managed.map((m) => join(dir, `managed/${m.id}.json`)),
+          ...(deployment.zone === undefined ? {} : { zone: join(dir, 'zone.json') }),
+          managed: deployment.managed.map((m) => join(dir, `managed/${m.id}.json`)),
         },
-        lists: Object.fromEntries(Object.keys(bundle.lists).map((n) => [n, join(dir, `lists/${n}.txt`)])),
+        lists: Object.fromEntries(Object.keys(deployment.lists).map((n) => [n, join(dir, `lists/${n}.txt`)])),
       };
       write('daemon-rules.json', JSON.stringify(config, null, 2) + '\n');
       out.stdout(
-        `exported account entrypoint version ${bundle.account.version}${bundle.zone ? `, zone entrypoint version ${bundle.zone.version}` : ''}, ` +
-          `${bundle.managed.length} managed ruleset(s), ${Object.keys(bundle.lists).length} list(s) to ${dir}; the daemon configuration's "rules" and "lists" keys are in daemon-rules.json`,
+        `exported account entrypoint version ${deployment.account.version}${deployment.zone ? `, zone entrypoint version ${deployment.zone.version}` : ''}, ` +
+          `${deployment.managed.length} managed ruleset(s), ${Object.keys(deployment.lists).length} list(s) to ${dir}; the daemon configuration's "rules" and "lists" keys are in daemon-rules.json`,
       );
     });
 }

@@ -1,17 +1,17 @@
-// What a daemon runs for an account (and optionally one of its zones): the
-// latest network_transit entrypoints, the managed rulesets their execute rules
-// deploy (with expressions), and the contents of every list they name. One
-// consistent read of the database; the shape `moat replay` and `moat daemon`
-// read from files, and what the ruleset channel will push.
+// What an account (and optionally one of its zones) has deployed, gathered
+// from the store for export: the latest network_transit entrypoints, the
+// managed rulesets their execute rules run (with expressions), and the
+// contents of every list they name, in one consistent read. `moat export`
+// writes it as the files `moat replay` and `moat daemon` read.
 
 import { MoatError } from '../errors/index.js';
 import { MANAGED_LISTS } from '../expr/index.js';
-import { ListStore, RulesetStore, type Database } from '../store/index.js';
+import { ListStore, RulesetStore, Users, type Database } from '../store/index.js';
 import { DEFAULT_API_LIMITS } from './limits.js';
 import { listsOfExpression as listsOf, RulesetService, type RulesetView } from './rulesets-service.js';
 
-/** A deployable bundle. */
-export interface DeployedBundle {
+/** What an account (and zone) deploys: entrypoints, executed managed rulesets, named lists. */
+export interface AccountDeployment {
   /** The account's network_transit entrypoint (absent when it has none). */
   account?: RulesetView | undefined;
   /** The zone's network_transit entrypoint, when a zone was asked for and has one. */
@@ -22,15 +22,15 @@ export interface DeployedBundle {
   lists: Record<string, string[]>;
 }
 
-/** Reads the bundle of an account (and zone) in one read transaction. */
-export function deployedBundle(store: Database, accountId: string, zoneId?: string): DeployedBundle {
+/** Reads the deployment of an account (and zone) in one read transaction. */
+export function readAccountDeployment(store: Database, accountId: string, zoneId?: string): AccountDeployment {
   const rulesets = new RulesetStore(store);
   const lists = new ListStore(store);
+  const users = new Users(store);
   const service = new RulesetService(store, DEFAULT_API_LIMITS);
   return store.read(() => {
     if (zoneId !== undefined) {
-      const z = store.db.prepare('SELECT account_id FROM zones WHERE id = ?').get(zoneId) as { account_id: string } | undefined;
-      if (z === undefined || z.account_id !== accountId) throw new MoatError('USER_BAD_INPUT', `zone ${zoneId} is not a zone of account ${accountId}`);
+      if (users.zoneAccount(zoneId) !== accountId) throw new MoatError('USER_BAD_INPUT', `zone ${zoneId} is not a zone of account ${accountId}`);
     }
     const entry = (zone: string | null) => {
       const row = rulesets.entrypoint({ accountId, zoneId: zone }, 'network_transit');
