@@ -6,6 +6,13 @@ import type { FastifyRequest } from 'fastify';
 import { isId, isWellFormedEmail, isWellFormedKey, type Principal, type Users } from '../store/index.js';
 import { apiError } from './api-error.js';
 
+declare module 'fastify' {
+  interface FastifyRequest {
+    /** Set by the server's onRequest hook before any handler runs. */
+    principal: Principal | null;
+  }
+}
+
 /** The level a request addresses: an account, or a zone (with its account). */
 export interface Scope {
   readonly level: 'account' | 'zone';
@@ -70,4 +77,25 @@ export function scopeOf(req: FastifyRequest, principal: Principal, users: Users)
 /** Throws 7003 unless `id` is a 32-hex identifier (ruleset, rule, list, item, operation ids). */
 export function requireId(req: FastifyRequest, id: string): void {
   if (!isId(id)) badId(req);
+}
+
+/** The authenticated principal of a request (set by the onRequest hook). */
+export function principalOf(req: FastifyRequest): Principal {
+  if (req.principal === null) throw apiError('AUTH_MISSING_HEADERS', 'Invalid request headers');
+  return req.principal;
+}
+
+/** Authentication and scopes over one set of users: what the server's hook and the routes call. */
+export class Auth {
+  constructor(readonly users: Users) {}
+
+  /** The principal of a request's credentials (see authenticate). */
+  authenticate(req: FastifyRequest): Principal {
+    return authenticate(req, this.users);
+  }
+
+  /** The scope of an authenticated request's path (see scopeOf). */
+  scope(req: FastifyRequest): Scope {
+    return scopeOf(req, principalOf(req), this.users);
+  }
 }

@@ -4,26 +4,12 @@
 // own transaction, and picks up whatever a previous process left queued.
 
 import type { ListStore } from '../store/index.js';
+import type { Runner, RunnerLogger } from './runner.js';
 
-/** The runner of list bulk operations. */
-export interface ListOperations {
-  /** Stops taking work and waits for the running operation to end. */
-  stop(): Promise<void>;
-}
-
-/** The runner with the hooks the lists routes use. */
-export interface ListOperationsRunner extends ListOperations {
-  /** Says there may be new work; the runner starts on the next turn of the event loop. */
+/** The runner, with the hook the lists service calls after queueing. */
+export interface ListOperationsRunner extends Runner {
+  /** Says there may be new work; a started runner takes it on the next turn of the event loop. */
   wake(): void;
-  /** Resolves when nothing is queued or running (tests and shutdown use it). */
-  idle(): Promise<void>;
-}
-
-/** Where the runner reports (fastify's and pino's loggers fit). */
-export interface RunnerLogger {
-  info(obj: object, msg: string): void;
-  warn(obj: object, msg: string): void;
-  error(obj: object, msg: string): void;
 }
 
 /** Options of the runner. */
@@ -35,11 +21,13 @@ export interface ListOperationsOptions {
 }
 
 /**
- * Starts a runner and wakes it once, so operations left pending by a stopped
- * process resume without waiting for a new request.
+ * A runner, not yet started. start() wakes it once, so operations left pending
+ * by a stopped process resume without waiting for a new request; until then
+ * queued work stays in the table.
  */
-export function startListOperations(options: ListOperationsOptions): ListOperationsRunner {
+export function createListOperations(options: ListOperationsOptions): ListOperationsRunner {
   const { lists, maxListItems, logger } = options;
+  let started = false;
   let stopped = false;
   let current: Promise<void> | undefined;
 
@@ -69,7 +57,7 @@ export function startListOperations(options: ListOperationsOptions): ListOperati
   }
 
   function wake(): void {
-    if (stopped || current !== undefined) return;
+    if (!started || stopped || current !== undefined) return;
     current = drain()
       .catch((err: unknown) => {
         logger?.error({ err }, 'list bulk operations runner failed');
@@ -87,11 +75,12 @@ export function startListOperations(options: ListOperationsOptions): ListOperati
       });
   }
 
-  wake();
   return {
+    name: 'list bulk operations',
     wake,
-    async idle() {
-      while (current !== undefined) await current;
+    start() {
+      started = true;
+      wake();
     },
     async stop() {
       stopped = true;

@@ -8,6 +8,7 @@ import { checkExpression, renderError } from '../expr/index.js';
 import { TRANSIT_SCHEME } from '../packet/index.js';
 import { isId, type StoredRule } from '../store/index.js';
 import { invalidField } from './api-error.js';
+import { isObject } from './request.js';
 
 /** A validated rule body (what a client may set). */
 export interface RuleInput {
@@ -62,10 +63,6 @@ const KNOWN_FIELDS = new Set([
   'last_updated',
   'categories',
 ]);
-
-function isObject(v: unknown): v is Record<string, unknown> {
-  return typeof v === 'object' && v !== null && !Array.isArray(v);
-}
 
 /** Validates one rule body at JSON pointer `at`; returns the rule or the errors. */
 export function validateRule(body: unknown, at: string, env: RuleEnv): { rule?: RuleInput; errors: MoatError[] } {

@@ -3,51 +3,25 @@
 // envelope errors, authentication before any handler, the error-to-envelope
 // mapping (never a stack trace), unknown routes, and JSON content types.
 
-import Fastify, { LogController, type FastifyBaseLogger, type FastifyInstance, type FastifyRequest } from 'fastify';
+import Fastify, { LogController, type FastifyBaseLogger, type FastifyInstance } from 'fastify';
 import type { Logger } from 'pino';
 import { MoatError } from '../errors/index.js';
-import type { Database, Principal, Users } from '../store/index.js';
 import { ApiErrors, apiError } from './api-error.js';
-import { authenticate } from './auth.js';
 import { fail } from './envelope.js';
-import { registerLists } from './routes/lists.js';
-import { registerRulesets } from './routes/rulesets.js';
-import type { ApiLimits } from './limits.js';
-import { DEFAULT_API_LIMITS } from './limits.js';
-import type { ListOperations } from './list-operations.js';
+import { listRoutes } from './routes/lists.js';
+import { rulesetRoutes } from './routes/rulesets.js';
+import type { Services } from './services.js';
 
 /** The base path of every route. */
 export const BASE_PATH = '/client/v4';
 
 /** What the server needs. */
 export interface ServerOptions {
-  store: Database;
-  users: Users;
+  /** The services the routes call and the runners the server starts on listen (see createServices). */
+  services: Services;
   logger?: Logger | undefined;
   /** Largest accepted request body in bytes (default 16 MiB: bulk list uploads are large). */
   bodyLimit?: number | undefined;
-  limits?: Partial<ApiLimits> | undefined;
-}
-
-/** Shared state handed to every route module. */
-export interface ApiContext {
-  readonly store: Database;
-  readonly users: Users;
-  readonly limits: ApiLimits;
-  /** Runs asynchronous list bulk operations; created by the lists module. */
-  listOperations?: ListOperations;
-}
-
-declare module 'fastify' {
-  interface FastifyRequest {
-    principal: Principal | null;
-  }
-}
-
-/** The authenticated principal of a request (set by the onRequest hook). */
-export function principalOf(req: FastifyRequest): Principal {
-  if (req.principal === null) throw apiError('AUTH_MISSING_HEADERS', 'Invalid request headers');
-  return req.principal;
 }
 
 function toMoatErrors(err: unknown): { status: number; errors: MoatError[] } | undefined {
@@ -72,7 +46,10 @@ function toMoatErrors(err: unknown): { status: number; errors: MoatError[] } | u
   }
 }
 
-/** Builds the server (not yet listening). */
+/**
+ * Builds the server (not yet listening). The services' runners start once it
+ * listens (a server that cannot bind runs none) and stop when it closes.
+ */
 export async function buildServer(options: ServerOptions): Promise<FastifyInstance> {
   const app: FastifyInstance = Fastify({
     ...(options.logger === undefined ? { logger: false } : { loggerInstance: options.logger as unknown as FastifyBaseLogger }),
@@ -82,11 +59,7 @@ export async function buildServer(options: ServerOptions): Promise<FastifyInstan
     // One line per request at info level would dominate the log; errors are logged.
     logController: new LogController({ disableRequestLogging: true }),
   });
-  const ctx: ApiContext = {
-    store: options.store,
-    users: options.users,
-    limits: { ...DEFAULT_API_LIMITS, ...(options.limits ?? {}) },
-  };
+  const { services } = options;
 
   app.decorateRequest('principal', null);
 
@@ -111,7 +84,7 @@ export async function buildServer(options: ServerOptions): Promise<FastifyInstan
   // Every request authenticates first, unknown routes included: nothing
   // answers (not even "no such route") without a valid key.
   app.addHook('onRequest', async (req) => {
-    req.principal = authenticate(req, ctx.users);
+    req.principal = services.auth.authenticate(req);
   });
 
   // One access line per request at debug level (`moat serve --log-level debug`);
@@ -138,15 +111,14 @@ export async function buildServer(options: ServerOptions): Promise<FastifyInstan
       .send(fail([apiError('API_NO_ROUTE', 'No route for that URI'), apiError('API_BAD_IDENTIFIER', `Could not route to ${path}, perhaps your object identifier is invalid?`)]));
   });
 
-  await app.register(
-    async (api) => {
-      registerRulesets(api, ctx);
-      registerLists(api, ctx);
-    },
-    { prefix: BASE_PATH },
-  );
+  await app.register(rulesetRoutes, { prefix: BASE_PATH, services });
+  await app.register(listRoutes, { prefix: BASE_PATH, services });
+
+  app.addHook('onListen', async () => {
+    services.runners.start();
+  });
   app.addHook('onClose', async () => {
-    await ctx.listOperations?.stop();
+    await services.runners.stop();
   });
   return app;
 }

@@ -154,10 +154,11 @@ describe('Lists API', () => {
     expect(searched).toEqual(want.filter((ip) => ip.startsWith('10.1.')));
     expect(searched).toHaveLength(19);
 
-    for (const q of ['per_page=0', 'per_page=abc', 'per_page=100000', 'cursor=nonsense!']) {
+    for (const q of ['per_page=0', 'per_page=', 'per_page=abc', 'per_page=100000', 'cursor=nonsense!']) {
       const r = await api.call('GET', `/accounts/${account_id}/rules/lists/${id}/items?${q}`);
       expect(r.status, q).toBe(400);
       expect(r.json.errors[0].code, q).toBe(7014);
+      if (q.startsWith('per_page')) expect(r.json.errors[0].source, q).toEqual({ pointer: 'per_page' });
     }
   });
 

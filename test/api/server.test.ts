@@ -1,13 +1,8 @@
 // What every route shares: the v4 envelope and JSON content type on every
 // answer, body parsing errors (malformed, too large, not JSON), unknown routes,
 // internal errors, and never a stack trace in an error body.
-import { mkdtempSync, rmSync } from 'node:fs';
-import { tmpdir } from 'node:os';
-import { join } from 'node:path';
-import type { FastifyInstance } from 'fastify';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { buildServer } from '../../src/api/index.js';
-import { Database, newId, Users } from '../../src/store/index.js';
+import { newId, type Database } from '../../src/store/index.js';
 import { startApi, type TestApi } from '../support/api.js';
 
 let api: TestApi;
@@ -113,29 +108,20 @@ describe('request bodies', () => {
 });
 
 describe('a server built with a small body limit', () => {
-  let dir: string;
+  let small: TestApi;
   let store: Database;
-  let app: FastifyInstance;
   let base: string;
   let headers: Record<string, string>;
   let accountId: string;
 
   beforeAll(async () => {
-    dir = mkdtempSync(join(tmpdir(), 'moat-server-'));
-    store = Database.open(dir);
-    const users = new Users(store);
-    accountId = newId();
-    const { key } = users.create({ email: 'small@example.com', accounts: [accountId] });
-    headers = { 'X-Auth-Email': 'small@example.com', 'X-Auth-Key': key, 'Content-Type': 'application/json' };
-    app = await buildServer({ store, users, bodyLimit: 1024 });
-    await app.listen({ host: '127.0.0.1', port: 0 });
-    base = `http://127.0.0.1:${(app.server.address() as { port: number }).port}/client/v4`;
+    small = await startApi({ bodyLimit: 1024, email: 'small@example.com' });
+    ({ store, base, accountId } = small);
+    headers = { 'X-Auth-Email': small.email, 'X-Auth-Key': small.key, 'Content-Type': 'application/json' };
   });
 
   afterAll(async () => {
-    await app.close();
-    store.close();
-    rmSync(dir, { recursive: true, force: true });
+    await small.dispose();
   });
 
   it('answers 413/7011 just over the limit and accepts a body just under it', async () => {

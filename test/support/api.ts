@@ -1,14 +1,16 @@
-// A real control-plane server for tests: a fresh data directory with a real
-// SQLite file, a first user, and fastify listening on a loopback port. Clients
-// are Cloudflare's official SDK (pointed at it with baseURL/apiEmail/apiKey) or
-// plain fetch.
+// A real control plane for tests. In process: a fresh data directory with a
+// real SQLite file, a first user, and fastify listening on a loopback port
+// (startApi). As a process: the built `moat serve` on a kernel-chosen port,
+// with what it printed (serveProcess). Clients are Cloudflare's official SDK
+// (pointed at it with baseURL/apiEmail/apiKey) or plain fetch.
+import { spawn, type ChildProcess } from 'node:child_process';
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import Cloudflare from 'cloudflare';
 import type { FastifyInstance } from 'fastify';
-import { buildServer, type ApiLimits, type RulesetView } from '../../src/api/index.js';
-import { Database, Users, newId, type StoredRule } from '../../src/store/index.js';
+import { buildServer, createServices, type ApiLimits, type RulesetView, type Services } from '../../src/api/index.js';
+import { Database, newId, type StoredRule, type Users } from '../../src/store/index.js';
 
 /** The SDK's phase type lists Cloudflare's names only; Moat's phase is network_transit. */
 export type Phase = NonNullable<Parameters<Cloudflare['rulesets']['create']>[0]['phase']>;
@@ -35,9 +37,22 @@ export interface ApiResponse {
   text: string;
 }
 
+/** A user of its own account and zone, and how to call the server as that user. */
+export interface TestUser {
+  readonly email: string;
+  readonly key: string;
+  readonly accountId: string;
+  readonly zoneId: string;
+  /** A Cloudflare SDK client with this user's credentials. */
+  readonly client: Cloudflare;
+  /** Plain HTTP with this user's headers (override or drop them with `headers`). */
+  call(method: string, path: string, body?: unknown, headers?: Record<string, string | undefined>): Promise<ApiResponse>;
+}
+
 /** A running server and the credentials of its first user. */
 export interface TestApi {
   readonly app: FastifyInstance;
+  readonly services: Services;
   readonly store: Database;
   readonly users: Users;
   readonly dataDir: string;
@@ -51,30 +66,49 @@ export interface TestApi {
   client(email?: string, key?: string): Cloudflare;
   /** Plain HTTP with the first user's headers (override or drop them with `headers`). */
   call(method: string, path: string, body?: unknown, headers?: Record<string, string | undefined>): Promise<ApiResponse>;
+  /** Creates another user with an account and a zone of its own (emails default to user<n>@example.com). */
+  newUser(email?: string): TestUser;
   /** Stops the server and closes the database (the data directory is kept until `dispose`). */
   stop(): Promise<void>;
   /** Stops and removes the data directory. */
   dispose(): Promise<void>;
 }
 
+/** What startApi may be given; every field has a default. */
+export interface StartApiOptions {
+  /** The data directory (default: a new temporary one, removed by dispose). */
+  dataDir?: string;
+  limits?: Partial<ApiLimits>;
+  /** The server's body limit in bytes (default: the server's own). */
+  bodyLimit?: number;
+  /** The first user (created unless a user of that email exists). */
+  email?: string;
+  key?: string;
+  accountId?: string;
+  zoneId?: string;
+}
+
 /** Starts a server on 127.0.0.1:0 over `dataDir` (a new temporary one by default). */
-export async function startApi(options: { dataDir?: string; limits?: Partial<ApiLimits>; email?: string; key?: string; accountId?: string; zoneId?: string } = {}): Promise<TestApi> {
+export async function startApi(options: StartApiOptions = {}): Promise<TestApi> {
   const dataDir = options.dataDir ?? mkdtempSync(join(tmpdir(), 'moat-api-'));
   const store = Database.open(dataDir);
-  const users = new Users(store);
+  const services = createServices({ store, limits: options.limits });
+  const { users } = services;
   const email = options.email ?? 'owner@example.com';
   const accountId = options.accountId ?? newId();
   const zoneId = options.zoneId ?? newId();
   let key = options.key ?? 'k' + newId();
   if (users.get(email) === undefined) key = users.create({ email, accounts: [accountId], zones: [zoneId], key }).key;
-  const app = await buildServer({ store, users, limits: options.limits });
+  const app = await buildServer({ services, bodyLimit: options.bodyLimit });
   await app.listen({ host: '127.0.0.1', port: 0 });
   const addr = app.server.address();
   if (addr === null || typeof addr === 'string') throw new Error('no address');
   const base = `http://127.0.0.1:${addr.port}/client/v4`;
   let stopped = false;
+  let userCount = 0;
   const api: TestApi = {
     app,
+    services,
     store,
     users,
     dataDir,
@@ -83,7 +117,7 @@ export async function startApi(options: { dataDir?: string; limits?: Partial<Api
     key,
     accountId,
     zoneId,
-    client: (e = email, k = key) => new Cloudflare({ baseURL: base, apiEmail: e, apiKey: k, apiToken: null, maxRetries: 0, timeout: 10_000 }),
+    client: (e = email, k = key) => sdkClient(base, { email: e, key: k }),
     async call(method, path, body, headers = {}) {
       const h: Record<string, string> = { 'X-Auth-Email': email, 'X-Auth-Key': key };
       if (body !== undefined) h['Content-Type'] = 'application/json';
@@ -102,6 +136,17 @@ export async function startApi(options: { dataDir?: string; limits?: Partial<Api
       }
       return { status: res.status, json, headers: res.headers, text };
     },
+    newUser(userEmail = `user${++userCount}@example.com`) {
+      const user = { accountId: newId(), zoneId: newId() };
+      const { key: userKey } = users.create({ email: userEmail, accounts: [user.accountId], zones: [user.zoneId] });
+      return {
+        ...user,
+        email: userEmail,
+        key: userKey,
+        client: api.client(userEmail, userKey),
+        call: (method, path, body, headers = {}) => api.call(method, path, body, { 'X-Auth-Email': userEmail, 'X-Auth-Key': userKey, ...headers }),
+      };
+    },
     async stop() {
       if (stopped) return;
       stopped = true;
@@ -114,4 +159,70 @@ export async function startApi(options: { dataDir?: string; limits?: Partial<Api
     },
   };
   return api;
+}
+
+/** A `moat serve` child process and what it printed at start. */
+export interface ServeProcess {
+  readonly child: ChildProcess;
+  /** The URL it printed, including /client/v4. */
+  readonly url: string;
+  /** Lines printed on stdout so far (it keeps appending). */
+  readonly lines: string[];
+  readonly exited: Promise<{ code: number | null; signal: NodeJS.Signals | null }>;
+}
+
+/**
+ * Spawns the built `moat serve` over `dataDir` on a kernel-chosen port and
+ * waits until it has printed its URL and the last line it prints at start (the
+ * curl hint on a new database, the user count otherwise). Build dist/ first
+ * (ensureBuilt); the caller kills the child.
+ */
+export async function serveProcess(dataDir: string): Promise<ServeProcess> {
+  // Loaded here: support/cli.ts loads the whole CLI, which in-process API tests do not need.
+  const { BIN, ROOT } = await import('./cli.js');
+  const child = spawn(process.execPath, [BIN, 'serve', '--data-dir', dataDir, '--listen', '127.0.0.1:0', '--log-level', 'warn'], { cwd: ROOT, stdio: ['ignore', 'pipe', 'pipe'] });
+  const exited = new Promise<{ code: number | null; signal: NodeJS.Signals | null }>((resolve) => child.once('exit', (code, signal) => resolve({ code, signal })));
+  const lines: string[] = [];
+  let stderr = '';
+  child.stderr!.on('data', (d: Buffer) => (stderr += d.toString()));
+  const started = new Promise<string>((resolve, reject) => {
+    let buffered = '';
+    let found: string | undefined;
+    const timer = setTimeout(() => reject(new Error(`moat serve did not start: ${lines.join('\n')} ${stderr}`)), 15_000);
+    child.stdout!.on('data', (d: Buffer) => {
+      buffered += d.toString();
+      const parts = buffered.split('\n');
+      buffered = parts.pop()!;
+      lines.push(...parts);
+      found ??= parts.map((l) => /listening on (http:\/\/\S+)/.exec(l)?.[1]).find((u) => u !== undefined);
+      if (found !== undefined && lines.some((l) => l.includes('try: curl') || /\d+ user\(s\)/.test(l))) {
+        clearTimeout(timer);
+        resolve(found);
+      }
+    });
+    void exited.then(({ code }) => reject(new Error(`moat serve exited with ${code}: ${stderr}`)));
+  });
+  let url: string;
+  try {
+    url = await started;
+  } catch (err) {
+    child.kill('SIGKILL');
+    throw err;
+  }
+  return { child, url, lines, exited };
+}
+
+/** The first user's credentials as `moat serve` printed them on an empty data directory. */
+export function printedCredentials(s: ServeProcess): { email: string; key: string; accountId: string } {
+  const get = (label: string) => {
+    const line = s.lines.find((l) => l.trimStart().startsWith(label));
+    if (line === undefined) throw new Error(`no ${label} in ${s.lines.join('\n')}`);
+    return line.slice(line.indexOf(label) + label.length).trim();
+  };
+  return { email: get('X-Auth-Email:'), key: get('X-Auth-Key:'), accountId: get('account id:') };
+}
+
+/** An SDK client for a server URL and credentials. */
+export function sdkClient(url: string, c: { email: string; key: string }): Cloudflare {
+  return new Cloudflare({ baseURL: url, apiEmail: c.email, apiKey: c.key, apiToken: null, maxRetries: 0, timeout: 10_000 });
 }

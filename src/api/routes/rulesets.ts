@@ -2,38 +2,27 @@
 // status codes): rulesets, versions, rules, phase entrypoints and rules by tag.
 // The behaviour lives in RulesetService; this file maps HTTP onto it.
 
-import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
-import { apiError } from '../api-error.js';
-import { requireId, scopeOf } from '../auth.js';
+import type { FastifyPluginAsync, FastifyReply, FastifyRequest } from 'fastify';
+import { requireId } from '../auth.js';
 import { ok } from '../envelope.js';
-import { RulesetService } from '../rulesets-service.js';
-import { principalOf, type ApiContext } from '../server.js';
+import { dryRunOf, perPageOf } from '../request.js';
+import type { Services } from '../services.js';
+
+/** What the rulesets routes use. */
+export interface RulesetRoutesOptions {
+  services: Pick<Services, 'auth' | 'rulesets' | 'limits'>;
+}
 
 type Params = { account_id?: string; zone_id?: string; ruleset_id: string; version: string; rule_id: string; phase: string; rule_tag: string };
 type Req = FastifyRequest<{ Params: Params; Querystring: Record<string, string | undefined> }>;
 
-/** Parses `?dry_run=true|false` (anything else is a 400, as on Cloudflare). */
-export function dryRunOf(req: FastifyRequest): boolean {
-  const v = (req.query as Record<string, unknown>)['dry_run'];
-  if (v === undefined) return false;
-  if (v === 'true') return true;
-  if (v === 'false') return false;
-  throw apiError('API_BAD_QUERY', `dry_run must be true or false, not ${JSON.stringify(v)}`);
-}
+/** Page size of a rulesets listing without per_page. */
+const DEFAULT_PER_PAGE = 50;
 
-/** Parses `per_page` (1..max, default `def`). */
-export function perPageOf(req: FastifyRequest, def: number, max: number): number {
-  const v = (req.query as Record<string, unknown>)['per_page'];
-  if (v === undefined) return def;
-  const n = Number(v);
-  if (typeof v !== 'string' || !/^[0-9]+$/.test(v) || n < 1 || n > max) throw apiError('API_BAD_QUERY', `per_page must be an integer from 1 to ${max}`);
-  return n;
-}
-
-/** Registers every ruleset route under both levels. */
-export function registerRulesets(api: FastifyInstance, ctx: ApiContext): void {
-  const service = new RulesetService(ctx.store, ctx.limits);
-  const scope = (req: Req) => scopeOf(req, principalOf(req), ctx.users);
+/** Every ruleset route, under both levels. */
+export const rulesetRoutes: FastifyPluginAsync<RulesetRoutesOptions> = async (api, { services }) => {
+  const { auth, rulesets: service, limits } = services;
+  const scope = (req: Req) => auth.scope(req);
   const id = (req: Req) => {
     requireId(req, req.params.ruleset_id);
     return req.params.ruleset_id;
@@ -50,7 +39,7 @@ export function registerRulesets(api: FastifyInstance, ctx: ApiContext): void {
     const base = `${lvl}/rulesets`;
     api.get(base, async (req: Req) => {
       const s = scope(req);
-      const page = service.list(s, req.query['cursor'], perPageOf(req, 50, ctx.limits.maxPerPage));
+      const page = service.list(s, req.query['cursor'], perPageOf(req, DEFAULT_PER_PAGE, limits.maxPerPage));
       return ok(page.result, page.cursor === undefined ? { count: page.result.length } : { count: page.result.length, cursor: page.cursor });
     });
     api.post(base, async (req: Req, reply) => written(reply, await service.create(scope(req), req.body, dryRunOf(req))));
@@ -109,4 +98,4 @@ export function registerRulesets(api: FastifyInstance, ctx: ApiContext): void {
     const s = scope(req);
     return ok(service.byTag(s, id(req), req.params.version, req.params.rule_tag));
   });
-}
+};

@@ -7,8 +7,8 @@ import { writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import type { Command } from 'commander';
 import { pino } from 'pino';
-import { buildServer, BASE_PATH } from '../../api/index.js';
-import { Database, newId, Users } from '../../store/index.js';
+import { buildServer, createServices, BASE_PATH } from '../../api/index.js';
+import { Database, newId } from '../../store/index.js';
 import { CliError, type Output } from '../output.js';
 
 /** The data directory when --data-dir is not given: $MOAT_DATA_DIR, else ./moat-data. */
@@ -44,7 +44,9 @@ export function registerServe(program: Command, out: Output): void {
       const { host, port } = parseListen(flags.listen);
       if (!['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'].includes(flags.logLevel)) throw new CliError(`--log-level ${flags.logLevel}: unknown level`);
       const store = Database.open(flags.dataDir);
-      const users = new Users(store);
+      const log = pino({ level: flags.logLevel, base: { service: 'moat-api' } });
+      const services = createServices({ store, logger: log });
+      const { users } = services;
       // Counted and created under one write lock: two servers started at once
       // on an empty directory must not both try to create the first user.
       const first = store.write(() => {
@@ -57,9 +59,9 @@ export function registerServe(program: Command, out: Output): void {
         const { key, account } = first;
         writeFileSync(join(flags.dataDir, 'first-user.json'), JSON.stringify({ email: FIRST_USER_EMAIL, key, account_id: account }, null, 2) + '\n', { mode: 0o600 });
       }
-      const log = pino({ level: flags.logLevel, base: { service: 'moat-api' } });
-      const app = await buildServer({ store, users, logger: log });
+      const app = await buildServer({ services, logger: log });
       try {
+        // The runners start once this resolves: a busy port starts no work.
         await app.listen({ host, port });
       } catch (err) {
         store.close();

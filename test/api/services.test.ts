@@ -1,0 +1,69 @@
+// The control plane's composition root: services built once over a database,
+// runners started only when the server listens (a server that cannot bind its
+// port starts none, so queued work stays queued) and stopped when it closes.
+import { createServer, type Server } from 'node:net';
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { afterEach, describe, expect, it } from 'vitest';
+import { buildServer, createServices, type Services } from '../../src/api/index.js';
+import { Database, newId } from '../../src/store/index.js';
+
+const cleanups: (() => Promise<void> | void)[] = [];
+
+afterEach(async () => {
+  for (const c of cleanups.splice(0).reverse()) await c();
+});
+
+function services(): Services {
+  const dir = mkdtempSync(join(tmpdir(), 'moat-services-'));
+  const store = Database.open(dir);
+  cleanups.push(() => {
+    store.close();
+    rmSync(dir, { recursive: true, force: true });
+  });
+  return createServices({ store });
+}
+
+/** Queues an append to a new list of a new account; returns the operation's status reader. */
+function queueAppend(s: Services): () => string {
+  const accountId = newId();
+  const list = s.lists.create(accountId, { name: 'queued', kind: 'ip' });
+  const op = s.lists.write(accountId, list.id, 'append', [{ ip: '192.0.2.1' }]);
+  return () => s.lists.operation(accountId, op).status;
+}
+
+const turns = (n: number) => new Promise((resolve) => setTimeout(resolve, n));
+
+describe('the services and their runners', () => {
+  it('starts the runners when the server listens and stops them when it closes', async () => {
+    const s = services();
+    const app = await buildServer({ services: s });
+    const status = queueAppend(s);
+    await app.ready();
+    await turns(50);
+    expect(s.runners.started).toBe(false);
+    expect(status()).toBe('pending');
+    await app.listen({ host: '127.0.0.1', port: 0 });
+    expect(s.runners.started).toBe(true);
+    for (let i = 0; i < 100 && status() !== 'completed'; i++) await turns(10);
+    expect(status()).toBe('completed');
+    await app.close();
+    expect(s.runners.started).toBe(false);
+  });
+
+  it('starts no runner when the port is taken', async () => {
+    const busy: Server = createServer();
+    await new Promise<void>((resolve) => busy.listen(0, '127.0.0.1', resolve));
+    cleanups.push(() => new Promise<void>((resolve) => busy.close(() => resolve())));
+    const port = (busy.address() as { port: number }).port;
+    const s = services();
+    const app = await buildServer({ services: s });
+    cleanups.push(() => app.close());
+    const status = queueAppend(s);
+    await expect(app.listen({ host: '127.0.0.1', port })).rejects.toMatchObject({ code: 'EADDRINUSE' });
+    await turns(50);
+    expect(s.runners.started).toBe(false);
+    expect(status()).toBe('pending');
+  });
+});
