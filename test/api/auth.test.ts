@@ -4,7 +4,7 @@
 import { PermissionDeniedError, type APIError } from 'cloudflare';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { newId } from '../../src/store/index.js';
-import { PHASE, startApi, written, type TestApi } from '../support/api.js';
+import { PHASE, startApi, written, type TestApi, type TestUser } from '../support/api.js';
 
 let api: TestApi;
 
@@ -98,22 +98,18 @@ describe('credentials', () => {
 });
 
 describe('accounts and zones', () => {
-  let other: { email: string; key: string; accountId: string; zoneId: string };
+  let other: TestUser;
   let mine: { rulesetId: string; zoneRulesetId: string };
 
   beforeAll(async () => {
-    const accountId = newId();
-    const zoneId = newId();
-    const email = 'other@example.com';
-    const { key } = api.users.create({ email, accounts: [accountId], zones: [zoneId] });
-    other = { email, key, accountId, zoneId };
+    other = api.newUser('other@example.com');
     const client = api.client();
     const rs = await written(client.rulesets.create({ account_id: api.accountId, name: 'private', kind: 'custom', phase: PHASE, rules: [{ action: 'block', expression: 'tcp.dstport == 23' }] }));
     const zrs = await written(client.rulesets.create({ zone_id: api.zoneId, name: 'private zone', kind: 'zone', phase: PHASE, rules: [] }));
     mine = { rulesetId: rs.id, zoneRulesetId: zrs.id };
   });
 
-  const asOther = (method: string, path: string, body?: unknown) => api.call(method, path, body, { 'X-Auth-Email': other.email, 'X-Auth-Key': other.key });
+  const asOther = (method: string, path: string, body?: unknown) => other.call(method, path, body);
 
   it('answers 403/10000 to another user on every route of the first account and of its zone', async () => {
     const acct = `/accounts/${api.accountId}/rulesets`;

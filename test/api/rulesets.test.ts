@@ -2,34 +2,18 @@
 // SDK has no method): every operation at account and zone level, versions and
 // rule identity, positions, dry runs, managed rulesets, error codes, and
 // concurrent writers on one ruleset. A real server over a real SQLite file.
-import Cloudflare, { BadRequestError, NotFoundError, PermissionDeniedError, type APIError } from 'cloudflare';
+import { BadRequestError, NotFoundError, PermissionDeniedError, type APIError } from 'cloudflare';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { DEFAULT_API_LIMITS, RulesetService } from '../../src/api/index.js';
 import { newId } from '../../src/store/index.js';
-import { PHASE, startApi, written, type Phase, type Ruleset, type TestApi } from '../support/api.js';
-
-/** A user of its own account (and zone), so entrypoints of one test never collide with another's. */
-interface Tenant {
-  accountId: string;
-  zoneId: string;
-  client: Cloudflare;
-  call: TestApi['call'];
-}
+import { PHASE, startApi, written, type Phase, type Ruleset, type TestApi, type TestUser } from '../support/api.js';
 
 let api: TestApi;
 let tenants = 0;
 
-function tenant(): Tenant {
-  const accountId = newId();
-  const zoneId = newId();
-  const email = `tenant${++tenants}@example.com`;
-  const { key } = api.users.create({ email, accounts: [accountId], zones: [zoneId] });
-  return {
-    accountId,
-    zoneId,
-    client: api.client(email, key),
-    call: (method, path, body, headers = {}) => api.call(method, path, body, { 'X-Auth-Email': email, 'X-Auth-Key': key, ...headers }),
-  };
+/** A user of its own account (and zone), so entrypoints of one test never collide with another's. */
+function tenant(): TestUser {
+  return api.newUser(`tenant${++tenants}@example.com`);
 }
 
 /** The error a promise rejects with (fails the test when it resolves). */
@@ -239,7 +223,7 @@ describe('versions', () => {
 });
 
 describe('rules: add, edit, delete and positions', () => {
-  async function threeRules(t: Tenant) {
+  async function threeRules(t: TestUser) {
     const rs = await written(t.client.rulesets.create({
       account_id: t.accountId,
       name: 'pos',
@@ -517,7 +501,7 @@ describe('dry runs', () => {
 });
 
 describe('validation errors', () => {
-  const post = (t: Tenant, rules: unknown[], extra: Record<string, unknown> = {}) =>
+  const post = (t: TestUser, rules: unknown[], extra: Record<string, unknown> = {}) =>
     t.call('POST', `/accounts/${t.accountId}/rulesets`, { name: 'bad', kind: 'custom', phase: 'network_transit', rules, ...extra });
 
   it('rejects a blank expression with 400/20125, Cloudflare\'s message and a pointer', async () => {

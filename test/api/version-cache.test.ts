@@ -26,8 +26,7 @@ describe('the version cache', () => {
       const real = await other.call('POST', `${base}/${id}/rules`, { action: 'log', expression: 'tcp.dstport == 2', description: 'real' });
       expect(real.json.result.version).toBe('2');
     } finally {
-      await other.app.close();
-      other.store.close();
+      await other.stop();
     }
     for (const path of [`${base}/${id}`, `${base}/${id}/versions/2`]) {
       const got = await api.call('GET', path);

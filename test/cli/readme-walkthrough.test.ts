@@ -2,12 +2,13 @@
 // directory prints a first user, and the README's shell block, with only the
 // printed URL, account id and key filled in, deploys a network_transit
 // entrypoint (skip one port, block the rest, block a country, block a list).
-import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
+import { spawnSync } from 'node:child_process';
 import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { BIN, ensureBuilt, ROOT } from '../support/cli.js';
+import { printedCredentials, serveProcess, type ServeProcess } from '../support/api.js';
+import { ensureBuilt, ROOT } from '../support/cli.js';
 import { peerTool } from '../support/tools.js';
 
 const curl = peerTool('curl');
@@ -24,32 +25,23 @@ function readmeBlock(heading: string): string {
 
 describe.skipIf(curl === undefined || bash === undefined)('the README walkthrough', () => {
   let dir: string;
-  let child: ChildProcess;
-  let printed = '';
+  let served: ServeProcess | undefined;
 
   beforeAll(async () => {
     ensureBuilt();
     dir = mkdtempSync(join(tmpdir(), 'moat-readme-'));
-    child = spawn(process.execPath, [BIN, 'serve', '--data-dir', join(dir, 'data'), '--listen', '127.0.0.1:0', '--log-level', 'warn'], { stdio: ['ignore', 'pipe', 'pipe'] });
-    await new Promise<void>((resolve, reject) => {
-      child.stdout!.on('data', (d: Buffer) => {
-        printed += d.toString();
-        if (printed.includes('try: curl')) resolve();
-      });
-      child.once('exit', (c) => reject(new Error(`moat serve exited with ${c}: ${printed}`)));
-    });
+    served = await serveProcess(join(dir, 'data'));
   }, 60_000);
 
   afterAll(() => {
-    child?.kill('SIGTERM');
+    served?.child.kill('SIGTERM');
     rmSync(dir, { recursive: true, force: true });
   });
 
   it('deploys the entrypoint of the README with the credentials moat serve printed', async () => {
-    const url = /listening on (http:\/\/\S+)/.exec(printed)![1]!;
-    const key = /X-Auth-Key:\s+(\S+)/.exec(printed)![1]!;
-    const account = /account id:\s+([0-9a-f]{32})/.exec(printed)![1]!;
-    expect(/X-Auth-Email:\s+(\S+)/.exec(printed)![1]).toBe('admin@moat.local');
+    const { url } = served!;
+    const { email, key, accountId: account } = printedCredentials(served!);
+    expect(email).toBe('admin@moat.local');
     const script = readmeBlock('### Deploying a first ruleset with curl')
       .replace(/^API=.*$/m, `API=${url}`)
       .replace('<account id>', account)

@@ -2,21 +2,13 @@
 // empty data directory and working, two server processes on one database
 // writing concurrently and still numbering versions linearly, and every write
 // acknowledged before a kill -9 present after a restart.
-import { spawn, type ChildProcess } from 'node:child_process';
+import type { ChildProcess } from 'node:child_process';
 import { mkdtempSync, readFileSync, rmSync, statSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import Cloudflare from 'cloudflare';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
-import { BIN, ensureBuilt, moat, ROOT } from '../support/cli.js';
-import { PHASE, written } from '../support/api.js';
-
-interface Served {
-  child: ChildProcess;
-  url: string;
-  lines: string[];
-  exited: Promise<{ code: number | null; signal: NodeJS.Signals | null }>;
-}
+import { ensureBuilt, moat } from '../support/cli.js';
+import { PHASE, printedCredentials as credentials, sdkClient as client, serveProcess, written, type ServeProcess } from '../support/api.js';
 
 const children: ChildProcess[] = [];
 const dirs: string[] = [];
@@ -27,46 +19,11 @@ function tempDir(): string {
   return d;
 }
 
-/** Spawns `moat serve` on a kernel-chosen port and waits until it has printed its URL (and, on a new database, the first user). */
-async function serve(dataDir: string): Promise<Served> {
-  const child = spawn(process.execPath, [BIN, 'serve', '--data-dir', dataDir, '--listen', '127.0.0.1:0', '--log-level', 'warn'], { cwd: ROOT, stdio: ['ignore', 'pipe', 'pipe'] });
-  children.push(child);
-  const exited = new Promise<{ code: number | null; signal: NodeJS.Signals | null }>((resolve) => child.once('exit', (code, signal) => resolve({ code, signal })));
-  const lines: string[] = [];
-  let stderr = '';
-  child.stderr!.on('data', (d: Buffer) => (stderr += d.toString()));
-  const url = await new Promise<string>((resolve, reject) => {
-    let buffered = '';
-    let found: string | undefined;
-    const timer = setTimeout(() => reject(new Error(`moat serve did not start: ${lines.join('\n')} ${stderr}`)), 15_000);
-    child.stdout!.on('data', (d: Buffer) => {
-      buffered += d.toString();
-      const parts = buffered.split('\n');
-      buffered = parts.pop()!;
-      lines.push(...parts);
-      found ??= parts.map((l) => /listening on (http:\/\/\S+)/.exec(l)?.[1]).find((u) => u !== undefined);
-      // The last line it prints at start: the curl hint on a new database, the user count otherwise.
-      if (found !== undefined && lines.some((l) => l.includes('try: curl') || /\d+ user\(s\)/.test(l))) {
-        clearTimeout(timer);
-        resolve(found);
-      }
-    });
-    void exited.then(({ code }) => reject(new Error(`moat serve exited with ${code}: ${stderr}`)));
-  });
-  return { child, url, lines, exited };
-}
-
-function credentials(s: Served): { email: string; key: string; accountId: string } {
-  const get = (label: string) => {
-    const line = s.lines.find((l) => l.trimStart().startsWith(label));
-    if (line === undefined) throw new Error(`no ${label} in ${s.lines.join('\n')}`);
-    return line.slice(line.indexOf(label) + label.length).trim();
-  };
-  return { email: get('X-Auth-Email:'), key: get('X-Auth-Key:'), accountId: get('account id:') };
-}
-
-function client(url: string, c: { email: string; key: string }): Cloudflare {
-  return new Cloudflare({ baseURL: url, apiEmail: c.email, apiKey: c.key, apiToken: null, maxRetries: 0, timeout: 10_000 });
+/** Spawns `moat serve` (killed after the test) and waits until it has started. */
+async function serve(dataDir: string): Promise<ServeProcess> {
+  const s = await serveProcess(dataDir);
+  children.push(s.child);
+  return s;
 }
 
 beforeAll(() => ensureBuilt(), 120_000);

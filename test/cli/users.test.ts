@@ -14,14 +14,13 @@ let dataDir: string;
 let api: TestApi;
 
 beforeAll(async () => {
-  dataDir = mkdtempSync(join(tmpdir(), 'moat-users-'));
-  // The server runs on the same data directory the CLI writes to.
-  api = await startApi({ dataDir });
+  api = await startApi();
+  // The CLI writes to the data directory the server runs on.
+  dataDir = api.dataDir;
 });
 
 afterAll(async () => {
-  await api.stop();
-  rmSync(dataDir, { recursive: true, force: true });
+  await api.dispose();
 });
 
 function keyFrom(stdout: string): string {
