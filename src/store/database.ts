@@ -26,10 +26,10 @@ export interface OpenOptions {
 
 /**
  * Makes `db.prepare(sql)` return one cached statement per SQL text. Preparing
- * compiles the SQL every time: in a profile of GET entrypoint under load it
- * was 16.5% of the server's CPU. Safe here because no caller switches a
- * statement's mode (pluck/raw/expand) or keeps one iterating (a lint-free grep
- * in test/store/database.test.ts guards that).
+ * compiles the SQL every time: 16.5% of the server's CPU in a profile of GET
+ * entrypoint under load (the scenario of bench/api.bench.ts). Safe here because no caller switches a
+ * statement's mode (pluck/raw/expand) or keeps one iterating (a test in
+ * test/store/database.test.ts greps src/ for them).
  */
 function cachePreparedStatements(db: Db): void {
   const prepare = db.prepare.bind(db) as (...args: unknown[]) => BetterSqlite3.Statement;
@@ -128,8 +128,9 @@ export class Database {
    * turn of the event loop (group commit): each runs in its own savepoint, so
    * one that throws rolls back alone and gets its error, and one COMMIT (one
    * fsync) makes them all durable before any of them resolves. Under
-   * concurrent API writers the commit, not the work, was the cost: 66% of the
-   * server's CPU time adding rules was inside COMMIT.
+   * concurrent writers the commit, not the work, is the cost: 66% of the
+   * server's CPU adding rules was in COMMIT (the POST rule scenario of
+   * bench/api.bench.ts).
    */
   writeGrouped<T>(fn: () => T): Promise<T> {
     return new Promise<T>((resolve, reject) => {

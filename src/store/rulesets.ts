@@ -59,10 +59,11 @@ function deepFreeze<T>(o: T): T {
   return o;
 }
 
-// Versions are immutable, so their parsed rules can be shared. Parsing the
-// rules JSON was 8.9% of the server's CPU in a profile of GET entrypoint (50
-// rules) under load. Entries are frozen (a caller cannot change a cached
-// version) and keyed by the row's random token as well as its number.
+// Versions are immutable, so their parsed rules can be shared: parsing the
+// rules JSON was 8.9% of the server's CPU in a profile of GET entrypoint of 50
+// rules under load (the scenario of bench/api.bench.ts). Entries are frozen (a
+// caller cannot change a cached version) and keyed by the row's random token
+// as well as its number.
 const VERSION_CACHE_SIZE = 512;
 
 /** Ruleset rows and versions of one database. */
