@@ -102,7 +102,7 @@ export class RulesetService {
     let after = 0;
     if (cursor !== undefined && cursor !== '') {
       after = Number(Buffer.from(cursor, 'base64url').toString());
-      if (!Number.isSafeInteger(after) || after < 0) throw apiError('API_BAD_QUERY', 'invalid cursor', { pointer: '' });
+      if (!Number.isSafeInteger(after) || after < 0) throw apiError('API_BAD_QUERY', 'invalid cursor', { pointer: 'cursor' });
     }
     return this.store.read(() => {
       const rows = this.rulesets.list({ accountId: scope.accountId, zoneId: scope.zoneId }, after, perPage + 1);

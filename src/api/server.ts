@@ -1,7 +1,7 @@
 // The control plane's HTTP server: Cloudflare's v4 API under /client/v4 on
-// fastify. This file owns what every route shares: JSON body parsing with
-// envelope errors, authentication before any handler, the error-to-envelope
-// mapping (never a stack trace), unknown routes, and JSON content types.
+// fastify, routes registered as plugins given the services. It owns what every
+// route shares (JSON bodies and content types, auth first, errors as envelopes
+// without stack traces, unknown routes) and runs the runners from listen to close.
 
 import Fastify, { LogController, type FastifyBaseLogger, type FastifyInstance } from 'fastify';
 import type { Logger } from 'pino';

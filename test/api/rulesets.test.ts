@@ -83,13 +83,13 @@ describe('rulesets at account level through the SDK', () => {
     expect(last.json.result_info.cursor).toBeUndefined();
   });
 
-  it('answers a bad per_page (empty included) with 400/7014 pointing at it, as the lists endpoints do', async () => {
+  it('answers a bad per_page (empty included) or cursor with 400/7014 pointing at the parameter, as the lists endpoints do', async () => {
     const t = tenant();
-    for (const q of ['per_page=', 'per_page=0', 'per_page=abc', 'per_page=1001']) {
+    for (const q of ['per_page=', 'per_page=0', 'per_page=abc', 'per_page=1001', 'cursor=abc', 'cursor=a&cursor=b']) {
       const r = await t.call('GET', `/accounts/${t.accountId}/rulesets?${q}`);
       expect(r.status, q).toBe(400);
       expect(r.json.errors[0].code, q).toBe(7014);
-      expect(r.json.errors[0].source, q).toEqual({ pointer: 'per_page' });
+      expect(r.json.errors[0].source, q).toEqual({ pointer: q.slice(0, q.indexOf('=')) });
     }
   });
 

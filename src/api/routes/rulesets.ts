@@ -5,7 +5,7 @@
 import type { FastifyPluginAsync, FastifyReply, FastifyRequest } from 'fastify';
 import { requireId } from '../auth.js';
 import { ok } from '../envelope.js';
-import { dryRunOf, perPageOf } from '../request.js';
+import { dryRunOf, perPageOf, queryText } from '../request.js';
 import type { Services } from '../services.js';
 
 /** What the rulesets routes use. */
@@ -39,7 +39,7 @@ export const rulesetRoutes: FastifyPluginAsync<RulesetRoutesOptions> = async (ap
     const base = `${lvl}/rulesets`;
     api.get(base, async (req: Req) => {
       const s = scope(req);
-      const page = service.list(s, req.query['cursor'], perPageOf(req, DEFAULT_PER_PAGE, limits.maxPerPage));
+      const page = service.list(s, queryText(req, 'cursor'), perPageOf(req, DEFAULT_PER_PAGE, limits.maxPerPage));
       return ok(page.result, page.cursor === undefined ? { count: page.result.length } : { count: page.result.length, cursor: page.cursor });
     });
     api.post(base, async (req: Req, reply) => written(reply, await service.create(scope(req), req.body, dryRunOf(req))));
