@@ -1,28 +1,6 @@
 // Streaming reader for capture files, classic pcap and pcapng: the public cursor
 // that picks the format by its magic number and hands each record to that format's
 // parser (pcap-records.ts, pcapng-blocks.ts) over one buffered file (file-cursor.ts).
-//
-// The API is a pull cursor that allocates nothing per packet:
-//
-//   const r = PcapReader.open('trace.pcap');
-//   try {
-//     while (r.next()) handle(r.data, r.offset, r.caplen, r.linkType, r.tsSec, r.tsNsec);
-//   } finally {
-//     r.close();
-//   }
-//
-// Memory is constant whatever the file size (one reused buffer, 4 MiB by default,
-// grown only for a record larger than it, up to 64 MiB by default). Every damaged
-// input is a MoatError whose message names the file and the byte offset of the faulty
-// record or block, and next() reports it only after it has returned every good packet
-// that precedes it:
-//   3001 CAPTURE_BAD_MAGIC          not pcap/pcapng (also: modified pcap, gzip, bad first SHB byte-order magic)
-//   3002 CAPTURE_TRUNCATED          the file ends inside its header, a record or a block (an empty file too)
-//   3003 CAPTURE_BAD_LENGTH         a length above the limits (packet above its snaplen limit, block above the cap)
-//   3004 CAPTURE_BAD_BLOCK          a malformed pcapng block (length < 12 or not a multiple of 4, trailing length
-//                                   differs, too short for its type, packet or option overrunning the block...)
-//   3005 CAPTURE_UNKNOWN_INTERFACE  a packet for an interface its section did not declare
-//   3006 CAPTURE_READ               the file cannot be opened or read
 
 import { MoatError } from '../errors/index.js';
 import { FileCursor, hex32 } from './file-cursor.js';
@@ -48,6 +26,28 @@ const STATE_FAILED = 2;
 /**
  * A cursor over the packets of a pcap or pcapng file. Read-only fields describe the
  * current packet after next() returned true; they are overwritten by the next call.
+ *
+ * It allocates nothing per packet:
+ *
+ *   const r = PcapReader.open('trace.pcap');
+ *   try {
+ *     while (r.next()) handle(r.data, r.offset, r.caplen, r.linkType, r.tsSec, r.tsNsec);
+ *   } finally {
+ *     r.close();
+ *   }
+ *
+ * Memory is constant whatever the file size (one reused buffer, 4 MiB by default,
+ * grown only for a record larger than it, up to 64 MiB by default). Every damaged
+ * input is a MoatError whose message names the file and the byte offset of the faulty
+ * record or block, and next() reports it only after it has returned every good packet
+ * that precedes it:
+ *   3001 CAPTURE_BAD_MAGIC          not pcap/pcapng (also: modified pcap, gzip, bad first SHB byte-order magic)
+ *   3002 CAPTURE_TRUNCATED          the file ends inside its header, a record or a block (an empty file too)
+ *   3003 CAPTURE_BAD_LENGTH         a length above the limits (packet above its snaplen limit, block above the cap)
+ *   3004 CAPTURE_BAD_BLOCK          a malformed pcapng block (length < 12 or not a multiple of 4, trailing length
+ *                                   differs, too short for its type, packet or option overrunning the block...)
+ *   3005 CAPTURE_UNKNOWN_INTERFACE  a packet for an interface its section did not declare
+ *   3006 CAPTURE_READ               the file cannot be opened or read
  */
 export class PcapReader implements CurrentPacket {
   /** Path of the file, as given to open(); every error message starts with it. */

@@ -1,6 +1,6 @@
 // The classic pcap parser of the capture-file reader: the 24-byte file header
 // and the 16-byte record headers, one packet at a time or a buffered run of them.
-// The cursor and the magic check are the reader's (pcap-reader.ts).
+// The reader (pcap-reader.ts) picks it by the file's magic, over a FileCursor.
 
 import { be32, le32, type FileCursor } from './file-cursor.js';
 import { PCAP_MAX_STANDARD_PACKET_LENGTH, type CaptureInterface, type CurrentPacket, type PacketBatch } from './reader-types.js';
