@@ -1,4 +1,4 @@
-// AddressTable benchmarks (performance.md 3a/3b), with the reference structures
+// AddressTable benchmarks, with the reference structures
 // measured in the same run:
 //   - build time and memory for 1M IPv4 and 1M IPv6 prefixes (mix: 70% host,
 //     15% /24 (v6: /64), 10% /25-/31 (v6: /65-/127), 5% /16-/23 (v6: /32-/63));
@@ -15,9 +15,9 @@ import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { Reader } from 'maxmind';
 import { geoIpFromBuffer, geoValue4, type CountryTable } from '../src/geoip/index.js';
-import { AddressTable } from '../src/net/address-table.js';
 import { formatIpv4, Ip6RangeSet, NumberRangeSet } from '../src/net/index.js';
 import { emptyRangeList, parseListText, type IpRangeList } from '../src/net/list-file.js';
+import { AddressTable } from '../src/table/index.js';
 import { geoipFixtureDir } from '../test/support/make-mmdb.js';
 import { Rng } from '../test/support/random.js';
 import { syntheticCountryDb } from '../test/support/synthetic-geoip.js';

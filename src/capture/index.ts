@@ -1,4 +1,6 @@
-// Public face of the capture module: reading and writing packet capture files.
+// Public face of the capture module: packets from capture files (pcap and pcapng
+// reader, pcap writer) and from interfaces (libpcap live capture, which also sends,
+// behind the FrameSource interface the daemon takes).
 // LINKTYPE (the link-layer type numbers) is the packet layer's, re-exported here.
 export { LINKTYPE } from '../packet/index.js';
 export {

@@ -1,29 +1,18 @@
 // The daemon: capture on the configured interfaces, judge every frame with the
 // packet path, forward what passes (inline mode), and swap in a new ruleset
-// bundle between two packets when its files change or on SIGHUP. A bundle that
-// fails to compile is rejected and logged; the running one stays.
+// bundle between two packets when its bundle source tells of one (files: on a
+// change or SIGHUP). A bundle that fails to compile is rejected and logged; the
+// running one stays.
 
-import { watch, type FSWatcher } from 'node:fs';
 import { createServer, type Server } from 'node:http';
-import { basename, dirname } from 'node:path';
 import type { Logger } from 'pino';
 import type { FrameSource } from '../capture/index.js';
 import type { DaemonConfig } from '../config/index.js';
-import { BundleError, BundleLoader, PacketPath, PathCounters, type BundleFiles, type Evaluator, type LoadedBundle } from '../engine/index.js';
+import { BundleError, BundleLoader, PacketPath, PathCounters, type Evaluator, type LoadedBundle } from '../engine/index.js';
 import { MoatError } from '../errors/index.js';
+import { bundleSourceFor, type BundleSource } from './bundle-source.js';
 import { DropRecorder } from './drop-recorder.js';
 import { daemonMetrics } from './metrics.js';
-
-/** The bundle files a configuration names. */
-export function bundleFiles(c: DaemonConfig): BundleFiles {
-  return {
-    rules: [c.rules.account, ...(c.rules.zone ? [c.rules.zone] : [])],
-    lists: Object.entries(c.lists).map(([name, file]) => ({ name, file })),
-    geoip: c.geoip.country,
-    asn: c.geoip.asn,
-    managed: c.rules.managed,
-  };
-}
 
 /** Opens a live source on an interface. */
 export type SourceOpener = (iface: string, options: { ringBytes: number; filter: string }) => FrameSource;
@@ -53,8 +42,6 @@ export class Daemon {
   packetErrors = 0;
   readonly startedAt = Date.now();
   private server: Server | undefined;
-  private watchers: FSWatcher[] = [];
-  private reloadTimer: NodeJS.Timeout | undefined;
   private recorder: DropRecorder | undefined;
   private dropLogWindow = 0;
   private dropLogCount = 0;
@@ -62,13 +49,15 @@ export class Daemon {
   /** Keeps the address table across reloads that leave lists and databases unchanged (see BundleLoader). */
   private readonly loader = new BundleLoader();
 
+  /** `bundles`: where bundles come from; by default the source the configuration names (bundleSourceFor). */
   constructor(
     readonly config: DaemonConfig,
     private readonly log: Logger,
     private readonly openSource: SourceOpener,
+    readonly bundles: BundleSource = bundleSourceFor(config),
   ) {}
 
-  /** Loads the bundle, opens the captures, starts metrics and watchers. Throws on a bad start. */
+  /** Loads the bundle, opens the captures, starts metrics and the bundle source. Throws on a bad start. */
   async start(): Promise<void> {
     const c = this.config;
     const bundle = this.load(); // throws: a daemon does not start without a valid bundle
@@ -87,10 +76,9 @@ export class Daemon {
     this.swapIn(bundle, 'start');
     for (const port of this.ports) port.source.onPacket(this.handler(port));
     if (c.metrics.enabled) await this.listen();
-    if (c.watch) this.watchFiles();
-    this.onSignal('SIGHUP', () => this.reload('SIGHUP'));
+    this.bundles.start((reason) => this.reload(reason), this.log);
     this.state = 'running';
-    this.log.info({ mode: c.mode, interfaces: c.interfaces, version: this.version, metrics: c.metrics.enabled ? c.metrics.listen : null }, 'daemon running');
+    this.log.info({ mode: c.mode, interfaces: c.interfaces, version: this.version, bundles: this.bundles.name, metrics: c.metrics.enabled ? c.metrics.listen : null }, 'daemon running');
   }
 
   /** Installs SIGTERM/SIGINT handlers that stop the daemon and end the process. */
@@ -162,13 +150,8 @@ export class Daemon {
     return path;
   }
 
-  private files(): string[] {
-    const c = this.config;
-    return [c.rules.account, ...(c.rules.zone ? [c.rules.zone] : []), ...c.rules.managed, ...Object.values(c.lists), ...(c.geoip.country ? [c.geoip.country] : []), ...(c.geoip.asn ? [c.geoip.asn] : [])];
-  }
-
   private load(): LoadedBundle {
-    return this.loader.load(bundleFiles(this.config));
+    return this.bundles.load(this.loader);
   }
 
   // The version: the rulesets' own version fields and the digest of every input file.
@@ -192,7 +175,7 @@ export class Daemon {
     }
   }
 
-  /** Compiles the bundle files again and swaps them in; on failure keeps the running bundle. */
+  /** Loads the source's bundle again and swaps it in; on failure keeps the running bundle. */
   reload(reason: string): boolean {
     if (this.state !== 'running') return false;
     let bundle: LoadedBundle;
@@ -206,35 +189,6 @@ export class Daemon {
     }
     this.swapIn(bundle, reason);
     return true;
-  }
-
-  private watchFiles(): void {
-    const byDir = new Map<string, Set<string>>();
-    for (const f of this.files()) {
-      const d = dirname(f);
-      if (!byDir.has(d)) byDir.set(d, new Set());
-      byDir.get(d)!.add(basename(f));
-    }
-    // Watch the folders, not the files: editors and deploy tools replace files by renaming.
-    for (const [d, names] of byDir) {
-      try {
-        const w = watch(d, (_event, name) => {
-          if (name !== null && names.has(name.toString())) this.scheduleReload();
-        });
-        this.watchers.push(w);
-      } catch (err) {
-        this.log.warn({ err, dir: d }, 'cannot watch folder; reload with SIGHUP');
-      }
-    }
-  }
-
-  private scheduleReload(): void {
-    // Debounce: a deploy usually touches several files within a moment.
-    if (this.reloadTimer !== undefined) clearTimeout(this.reloadTimer);
-    this.reloadTimer = setTimeout(() => {
-      this.reloadTimer = undefined;
-      this.reload('file changed');
-    }, 250);
   }
 
   private listen(): Promise<void> {
@@ -279,13 +233,12 @@ export class Daemon {
     return a !== null && typeof a === 'object' ? { host: a.address, port: a.port } : undefined;
   }
 
-  /** Stops capture, flushes the drop capture, closes the metrics server and watchers. */
+  /** Stops capture and the bundle source, flushes the drop capture, closes the metrics server. */
   async stop(): Promise<void> {
     if (this.state === 'stopped' || this.state === 'stopping') return;
     this.state = 'stopping';
     for (const p of this.ports) p.source.stop();
-    for (const w of this.watchers) w.close();
-    if (this.reloadTimer !== undefined) clearTimeout(this.reloadTimer);
+    this.bundles.stop();
     this.recorder?.close();
     for (const [sig, fn] of this.signalHandlers) process.off(sig, fn);
     if (this.server !== undefined) await new Promise<void>((r) => this.server!.close(() => r()));

@@ -4,13 +4,13 @@
 // is preallocated; process() allocates nothing and never throws on bad frames.
 
 import { shortBytesKey, type ExecutionContext, type LazyResolver, type ListProvider } from '../expr/index.js';
-import * as NET from '../net/index.js';
-import { inRanges, screenHas, type AddressTable } from '../net/index.js';
 import {
   clearDecoded, decode, FIELD_SLOTS as F, PacketInfo, TRANSIT_SCHEME,
 } from '../packet/index.js';
 import * as PACKET from '../packet/index.js';
 import { checkCopies } from '../packet/literal.js';
+import * as TABLE from '../table/index.js';
+import { inRanges, screenHas, type AddressTable } from '../table/index.js';
 import { VERDICT_PASS, type Evaluator } from './bundle.js';
 import { FALLBACK, type FusedHost, type PacketProgram } from './fused.js';
 
@@ -35,7 +35,7 @@ const REC_ASN = 2;
 const REC_COUNTRY = 1;
 const REC_HAS_ASN = 3;
 const REC_LISTS = 0;
-checkCopies('engine/packet-path', NET, { REC_ASN, REC_COUNTRY, REC_HAS_ASN, REC_LISTS });
+checkCopies('engine/packet-path', TABLE, { REC_ASN, REC_COUNTRY, REC_HAS_ASN, REC_LISTS });
 const ST_FRAGMENT = 8;
 const ST_IP = 1;
 const ST_MALFORMED = 4;

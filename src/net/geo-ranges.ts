@@ -1,7 +1,7 @@
-// The flattened form of a GeoIP database that the AddressTable consumes: sorted,
-// disjoint, inclusive ranges per address family with one int32 value each.
-// src/geoip/ produces it from a MaxMind DB; it is defined here so that net/
-// depends on nothing above it.
+// The flattened form of a GeoIP database that the AddressTable (src/table/)
+// consumes: sorted, disjoint, inclusive ranges per address family with one int32
+// value each. src/geoip/ produces it from a MaxMind DB; it is defined here, below
+// both, so that neither depends on the other.
 
 /**
  * An IPv6 prefix at which the database answers with the record of an IPv4

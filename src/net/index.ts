@@ -1,4 +1,6 @@
-// Public face of the IP primitives: parsing, formatting, range sets and IP sets.
+// Public face of the IP primitives: addresses and prefixes (parse, format, mask),
+// range sets and IP sets, IP list files, and the flattened GeoIP range tables
+// that geoip/ produces and the address table (table/) consumes.
 export {
   parseIp,
   parseIpv4,
@@ -24,7 +26,6 @@ export {
   emptyRangeList,
   type IpRangeList,
 } from './list-file.js';
-export { AddressTable, inRanges, MAX_LISTS, REC_ASN, REC_COUNTRY, REC_HAS_ASN, REC_LISTS, screenHas, type AddressTableInput, type AddressTableList } from './address-table.js';
 export {
   GEO_NONE,
   asnOfValue,

@@ -5,7 +5,8 @@
 import { describe, expect, it } from 'vitest';
 import { compileBundle, PacketPath, tableLists, toRuleset } from '../../src/engine/index.js';
 import { compileExpression } from '../../src/expr/index.js';
-import { AddressTable, parseIp, rangeListFromStrings } from '../../src/net/index.js';
+import { parseIp, rangeListFromStrings } from '../../src/net/index.js';
+import { AddressTable } from '../../src/table/index.js';
 import { decode, FULL_PLAN, LINKTYPE, PacketInfo, TRANSIT_SCHEME as S } from '../../src/packet/index.js';
 import { buildFrame, TCP, type FrameSpec } from '../support/packet-builder.js';
 import { Rng } from '../support/random.js';

@@ -1,8 +1,9 @@
 // A small address table for packet-path tests: GeoIP by /8, 10.x to 19.x, as
 // country i-10 of COUNTRIES_BY_EIGHT and AS 64510+i-10; IPv6 2001:db8::/32 is
 // "RU" with no AS number; and the lists given.
-import { AddressTable, rangeListFromStrings } from '../../src/net/index.js';
 import type { Ipv4Alias } from '../../src/net/geo-ranges.js';
+import { rangeListFromStrings } from '../../src/net/index.js';
+import { AddressTable } from '../../src/table/index.js';
 
 export const COUNTRIES_BY_EIGHT = ['CN', 'RU', 'KP', 'IR', 'SY', 'CU', 'VE', 'BY', 'MM', 'SD'];
 

@@ -5,7 +5,7 @@ import type { Command } from 'commander';
 import { pino } from 'pino';
 import { LiveCapture } from '../../capture/index.js';
 import { loadDaemonConfig } from '../../config/index.js';
-import { bundleFiles, Daemon } from '../../daemon/index.js';
+import { bundleFiles, bundleSourceFor, Daemon } from '../../daemon/index.js';
 import { BundleError, loadBundle } from '../../engine/index.js';
 import type { Output } from '../output.js';
 
@@ -36,7 +36,7 @@ export function registerDaemon(program: Command, out: Output): void {
         return;
       }
       const log = pino({ level: config.log.level, base: { service: 'moat-daemon' } });
-      const daemon = new Daemon(config, log, (iface, o) => LiveCapture.open(iface, o));
+      const daemon = new Daemon(config, log, (iface, o) => LiveCapture.open(iface, o), bundleSourceFor(config));
       try {
         await daemon.start();
       } catch (err) {

@@ -7,12 +7,11 @@
 import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
 import { openGeoIpSync, type AsnTable, type CountryTable } from '../../src/geoip/index.js';
-import {
-  AddressTable, MAX_LISTS, REC_ASN, REC_COUNTRY, REC_HAS_ASN, REC_LISTS, sortOrder, type AddressTableInput,
-} from '../../src/net/address-table.js';
 import type { CountryRanges, GeoRangeTable } from '../../src/net/geo-ranges.js';
 import { formatIpv4, parseIp } from '../../src/net/index.js';
 import { emptyRangeList, rangeListFromStrings, type IpRangeList } from '../../src/net/list-file.js';
+import { AddressTable, MAX_LISTS, REC_ASN, REC_COUNTRY, REC_HAS_ASN, REC_LISTS, type AddressTableInput } from '../../src/table/index.js';
+import { sortOrder } from '../../src/table/sort-order.js';
 import { geoipFixtureDir } from '../support/make-mmdb.js';
 import { Rng, seedFrom } from '../support/random.js';
 

@@ -1,0 +1,33 @@
+// Where the daemon takes its ruleset bundles from: a source says when a new
+// bundle is there and loads it through the daemon's one BundleLoader; the
+// daemon keeps the swap, the rejections, the logs and the metrics. Files
+// (file-bundle-source.ts) are the source today; the control channel is next.
+
+import type { Logger } from 'pino';
+import type { DaemonConfig } from '../config/index.js';
+import type { BundleLoader, LoadedBundle } from '../engine/index.js';
+import { FileBundleSource } from './file-bundle-source.js';
+
+/** A source of ruleset bundles for the daemon. */
+export interface BundleSource {
+  /** What the source is, for logs ("files"). */
+  readonly name: string;
+  /**
+   * Loads the source's current bundle through `loader`, which keeps what did not
+   * change since its last load. Throws MoatError or BundleError for a bad bundle.
+   */
+  load(loader: BundleLoader): LoadedBundle;
+  /**
+   * Starts telling the daemon of new bundles: `onChange(reason)` whenever load()
+   * would give a different one (the reason is logged with the swap or the
+   * rejection). Problems of the source itself go to `log`.
+   */
+  start(onChange: (reason: string) => void, log: Logger): void;
+  /** Stops telling of changes. Idempotent, and safe when start() was never called. */
+  stop(): void;
+}
+
+/** The bundle source a configuration names. */
+export function bundleSourceFor(config: DaemonConfig): BundleSource {
+  return new FileBundleSource(config);
+}

@@ -1,0 +1,84 @@
+// The daemon's bundle source from files: the ruleset, list and GeoIP files of
+// its configuration, loaded again when they change (a folder watch, debounced)
+// or on SIGHUP.
+
+import { watch, type FSWatcher } from 'node:fs';
+import { basename, dirname } from 'node:path';
+import type { Logger } from 'pino';
+import type { DaemonConfig } from '../config/index.js';
+import type { BundleFiles, BundleLoader, LoadedBundle } from '../engine/index.js';
+import type { BundleSource } from './bundle-source.js';
+
+/** The bundle files a configuration names. */
+export function bundleFiles(c: DaemonConfig): BundleFiles {
+  return {
+    rules: [c.rules.account, ...(c.rules.zone ? [c.rules.zone] : [])],
+    lists: Object.entries(c.lists).map(([name, file]) => ({ name, file })),
+    geoip: c.geoip.country,
+    asn: c.geoip.asn,
+    managed: c.rules.managed,
+  };
+}
+
+/** Bundles from the configuration's files; a change is a file changed (when `watch` is on) or SIGHUP. */
+export class FileBundleSource implements BundleSource {
+  readonly name = 'files';
+  private watchers: FSWatcher[] = [];
+  private reloadTimer: NodeJS.Timeout | undefined;
+  private sighup: (() => void) | undefined;
+
+  constructor(private readonly config: DaemonConfig) {}
+
+  load(loader: BundleLoader): LoadedBundle {
+    return loader.load(bundleFiles(this.config));
+  }
+
+  start(onChange: (reason: string) => void, log: Logger): void {
+    if (this.config.watch) this.watchFiles(onChange, log);
+    this.sighup = () => onChange('SIGHUP');
+    process.on('SIGHUP', this.sighup);
+  }
+
+  stop(): void {
+    for (const w of this.watchers) w.close();
+    this.watchers = [];
+    if (this.reloadTimer !== undefined) clearTimeout(this.reloadTimer);
+    this.reloadTimer = undefined;
+    if (this.sighup !== undefined) process.off('SIGHUP', this.sighup);
+    this.sighup = undefined;
+  }
+
+  private files(): string[] {
+    const c = this.config;
+    return [c.rules.account, ...(c.rules.zone ? [c.rules.zone] : []), ...c.rules.managed, ...Object.values(c.lists), ...(c.geoip.country ? [c.geoip.country] : []), ...(c.geoip.asn ? [c.geoip.asn] : [])];
+  }
+
+  private watchFiles(onChange: (reason: string) => void, log: Logger): void {
+    const byDir = new Map<string, Set<string>>();
+    for (const f of this.files()) {
+      const d = dirname(f);
+      if (!byDir.has(d)) byDir.set(d, new Set());
+      byDir.get(d)!.add(basename(f));
+    }
+    // Watch the folders, not the files: editors and deploy tools replace files by renaming.
+    for (const [d, names] of byDir) {
+      try {
+        const w = watch(d, (_event, name) => {
+          if (name !== null && names.has(name.toString())) this.scheduleReload(onChange);
+        });
+        this.watchers.push(w);
+      } catch (err) {
+        log.warn({ err, dir: d }, 'cannot watch folder; reload with SIGHUP');
+      }
+    }
+  }
+
+  private scheduleReload(onChange: (reason: string) => void): void {
+    // Debounce: a deploy usually touches several files within a moment.
+    if (this.reloadTimer !== undefined) clearTimeout(this.reloadTimer);
+    this.reloadTimer = setTimeout(() => {
+      this.reloadTimer = undefined;
+      onChange('file changed');
+    }, 250);
+  }
+}
