@@ -12,7 +12,7 @@ import { canonicalListName, type Limits } from '../expr/index.js';
 import { geoIpFromBuffer, readGeoIpFileSync, type AsnTable, type CountryTable } from '../geoip/index.js';
 import { AddressTable, MAX_LISTS, parseListText, readListFileSync, type AddressTableList, type IpRangeList } from '../net/index.js';
 import { compileBundle, type Evaluator } from './bundle.js';
-import { tableLists } from './packet-path.js';
+import { tableLists } from './table-lists.js';
 import { parseRuleset, type Ruleset } from './ruleset.js';
 
 /** Files that make a bundle. */

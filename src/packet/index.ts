@@ -9,3 +9,4 @@ export { LINKTYPE, PROTO_NAMES } from './constants.js';
 export { isSip } from './sip.js';
 export * as FIELD_SLOTS from './slots.js';
 export * as LAYOUT from './layout.js';
+export { checkCopies } from './literal.js';
