@@ -5,9 +5,8 @@
 // addresses (synthetic databases of realistic size). In the same run, on the
 // same file, it measures:
 //   * Moat: read the file, decode, look up, evaluate, count (what `moat replay` does),
-//     with lazy lookups and packet programs (the defaults), without packet
-//     programs (every frame decoded into a context, then the rules), and with
-//     eager lookups (every address looked up);
+//     with packet programs (the default) and without (every frame decoded
+//     into a context, then the rules);
 //   * the same, as the first pass of a new process (what `moat replay` of the
 //     file costs, V8's warm-up included), with and without PacketPath.warmUp();
 //   * the same ruleset without its three list rules: what the lists cost;
@@ -28,7 +27,7 @@ import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { openPcapFile, PacketBatch, PcapReader } from '../src/capture/index.js';
-import { loadBundle, LOOK_AHEAD, PacketPath, type LoadedBundle } from '../src/engine/index.js';
+import { loadBundle, PacketPath, type LoadedBundle } from '../src/engine/index.js';
 import { formatIpv4 } from '../src/net/index.js';
 import { REC_LISTS, screenHas, type AddressTable } from '../src/table/index.js';
 import { buildFrame, TCP, type FrameSpec } from '../test/support/packet-builder.js';
@@ -90,7 +89,7 @@ export function ruleset(rng: Rng): RuleSpec[] {
   return rules;
 }
 
-// Prefixes per performance.md's mix: 70% /32, 15% /24, 10% /25-/31, 5% /16-/23.
+// Prefixes in a blocklist-like mix: 70% /32, 15% /24, 10% /25-/31, 5% /16-/23.
 export function listFile(rng: Rng, size: number): { text: string; sample: number[] } {
   const lines: string[] = [];
   const sample: number[] = [];
@@ -152,10 +151,9 @@ export function moatPass(capture: string, path: PacketPath): { seconds: number; 
   path.counters.packets = path.counters.dropped = path.counters.lookups = 0;
   const t0 = process.hrtime.bigint();
   const r = PcapReader.open(capture);
-  const batch = new PacketBatch(LOOK_AHEAD);
+  const batch = new PacketBatch();
   for (let n = r.nextBatch(batch); n > 0; n = r.nextBatch(batch)) {
     const data = r.data;
-    path.lookAhead(data, batch.offsets, batch.caplens, n, r.linkType);
     for (let k = 0; k < n; k++) path.process(data, batch.offsets[k]!, batch.caplens[k]!, batch.origLens[k]!, r.linkType);
   }
   r.close();
@@ -174,7 +172,7 @@ export function listWorkPass(capture: string, table: AddressTable): { seconds: n
   let listed = 0;
   const t0 = process.hrtime.bigint();
   const r = PcapReader.open(capture);
-  const batch = new PacketBatch(LOOK_AHEAD);
+  const batch = new PacketBatch();
   for (let n = r.nextBatch(batch); n > 0; n = r.nextBatch(batch)) {
     const d = r.data;
     for (let k = 0; k < n; k++) {
@@ -288,7 +286,7 @@ export function runPipelineBench(): void {
       if (lw.seconds < listWork.seconds) listWork = lw;
       const t0 = process.hrtime.bigint();
       const r = PcapReader.open(capture);
-      const batch = new PacketBatch(LOOK_AHEAD);
+      const batch = new PacketBatch();
       let x = 0;
       for (let n = r.nextBatch(batch); n > 0; n = r.nextBatch(batch)) for (let k = 0; k < n; k++) x ^= r.data[batch.offsets[k]! + 12]!;
       r.close();
@@ -297,25 +295,18 @@ export function runPipelineBench(): void {
     }
     const bare = PACKETS / best;
 
-    // Lazy lookups (the default: an address is looked up when a rule reads its
-    // country, AS number or lists and the screens cannot answer), and eager ones
-    // (both addresses of every packet, before the rules), alternating.
+    // With packet programs (the default) and without, alternating.
     const path = new PacketPath(full.evaluator, { table: full.table });
-    const eagerPath = new PacketPath(full.evaluator, { table: full.table, lookups: 'eager' });
     const noProgramPath = new PacketPath(full.evaluator, { table: full.table, programs: false });
     let moat = { seconds: Infinity, dropped: 0, packets: 0, lookups: 0 };
-    let eager = { seconds: Infinity, dropped: 0, packets: 0, lookups: 0 };
     let noProgram = { seconds: Infinity, dropped: 0, packets: 0, lookups: 0 };
     for (let round = 0; round < 3; round++) {
       const m = moatPass(capture, path);
       if (m.seconds < moat.seconds) moat = m;
       const p = moatPass(capture, noProgramPath);
       if (p.seconds < noProgram.seconds) noProgram = p;
-      const e = moatPass(capture, eagerPath);
-      if (e.seconds < eager.seconds) eager = e;
     }
     const moatPps = PACKETS / moat.seconds;
-    if (eager.dropped !== moat.dropped) throw new Error(`eager lookups dropped ${eager.dropped} packets, lazy ones ${moat.dropped}`);
     if (noProgram.dropped !== moat.dropped) throw new Error(`without packet programs ${noProgram.dropped} packets were dropped, with them ${moat.dropped}`);
 
     // The first pass of a fresh process, with and without warm-up, alternating.
@@ -345,7 +336,6 @@ export function runPipelineBench(): void {
     console.log(`Moat, 50 rules + lists + GeoIP             ${fmt(moatPps)}  (${moat.dropped.toLocaleString('en-US')} dropped; ${(moat.seconds * 1e9 / PACKETS).toFixed(0)} ns/packet; ${(moatPps / bare * 100).toFixed(0)}% of the walk rate; ${(moat.lookups / PACKETS).toFixed(2)} table lookups/packet)`);
     console.log(`Moat, same, first pass of a new process    ${fmt(PACKETS / warmFirst)}  (${(warmFirst * 1e9 / PACKETS).toFixed(0)} ns/packet, what \`moat replay\` of this file does, warm-up included; without warm-up: ${fmt(PACKETS / coldFirst).trim()})`);
     console.log(`Moat, same, without packet programs        ${fmt(PACKETS / noProgram.seconds)}  (${(noProgram.seconds * 1e9 / PACKETS).toFixed(0)} ns/packet)`);
-    console.log(`Moat, same, eager lookups                  ${fmt(PACKETS / eager.seconds)}  (${(eager.seconds * 1e9 / PACKETS).toFixed(0)} ns/packet; ${(eager.lookups / PACKETS).toFixed(2)} table lookups/packet)`);
     console.log(`Moat, same without its 3 list rules        ${fmt(PACKETS / noListRules.seconds)}  (${(noListRules.seconds * 1e9 / PACKETS).toFixed(0)} ns/packet: the list rules cost ${((moat.seconds - noListRules.seconds) * 1e9 / PACKETS).toFixed(0)} ns/packet, most of it waiting on memory: list screens and table lookups of uniformly random addresses)`);
     const listNs = (listWork.seconds - best) * 1e9 / PACKETS;
     const estimate = noListRules.seconds * 1e9 / PACKETS + listNs;

@@ -13,7 +13,7 @@ import { geoIpFromBuffer, readGeoIpFileSync, type AsnTable, type CountryTable } 
 import { parseListText, readListFileSync, type IpRangeList } from '../net/index.js';
 import { AddressTable, MAX_LISTS, type AddressTableList } from '../table/index.js';
 import { compileBundle, type Evaluator } from './bundle.js';
-import { tableLists } from './packet-path.js';
+import { tableLists } from './table-lists.js';
 import { parseRuleset, type Ruleset } from './ruleset.js';
 
 /** Files that make a bundle. */

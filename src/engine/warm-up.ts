@@ -7,12 +7,11 @@
 // of `tcp.dstport == 6644 and ip.src.country in {...}` when no packet went to
 // port 6644 yet) has none, so the optimised code deoptimises the whole
 // function the first time a packet reaches it, and the function runs
-// unoptimised until V8 optimises it again, tens of milliseconds later. On the
-// pipeline benchmark's 50 rules the first million packets cost 14-18 such
-// rounds, and `moat replay` of that file ran at ~1.0 M packets/s against ~3 M
-// once the code was stable. A frame per rule whose fields take the rule's
-// literals (6644, 6645, the flags it tests...) reaches those tests before
-// optimisation instead.
+// unoptimised until V8 optimises it again, tens of milliseconds later, once
+// per such test (measured: bench/pipeline.bench.ts, "first pass of a new
+// process", with and without warm-up). A frame per rule whose fields take the
+// rule's literals (6644, 6645, the flags it tests...) reaches those tests
+// before optimisation instead.
 //
 // Frames are of the packet program's kind (untagged Ethernet, IPv4 without
 // options or IPv6, TCP or UDP) and cover the fields a program reads from the
@@ -22,6 +21,7 @@
 // with a fixed seed, so a bundle always gets the same frames.
 
 import type { Checked } from '../expr/index.js';
+import { LAYOUT as L } from '../packet/index.js';
 import { TCP_FLAG_BITS } from './fused.js';
 
 // Probes of bool fields are keyed by slot, as fused.ts names the flag fields.
@@ -171,40 +171,43 @@ interface FrameFields {
 
 // An Ethernet frame holding exactly `len` bytes of IP (within the headers' minimum and 1500).
 function frame(f: FrameFields): Uint8Array {
-  const ipHdr = f.v6 ? 40 : 20;
-  const l4Hdr = f.tcp ? 20 : 8;
+  const ipHdr = f.v6 ? L.IP6_HEADER : L.IP4_HEADER;
+  const l4Hdr = f.tcp ? L.TCP_HEADER : L.UDP_HEADER;
   const ipLen = Math.min(1500, Math.max(ipHdr + l4Hdr, f.len));
-  const b = new Uint8Array(14 + ipLen);
+  const b = new Uint8Array(L.ETH_HEADER + ipLen);
   const dv = new DataView(b.buffer);
-  b.set([0x02, 0, 0, 0, 0, 1, 0x02, 0, 0, 0, 0, 2], 0);
-  dv.setUint16(12, f.v6 ? 0x86dd : 0x0800);
-  const p = 14;
+  b.set([0x02, 0, 0, 0, 0, 1], L.ETH_DST);
+  b.set([0x02, 0, 0, 0, 0, 2], L.ETH_SRC);
+  dv.setUint16(L.ETH_TYPE, f.v6 ? 0x86dd : 0x0800);
+  const p = L.ETH_HEADER;
   const proto = f.tcp ? 6 : 17;
   if (f.v6) {
-    b[p] = 0x60;
-    dv.setUint16(p + 4, ipLen - 40);
-    b[p + 6] = proto;
-    b[p + 7] = f.ttl & 0xff;
+    b[p + L.IP6_VERSION] = 0x60;
+    dv.setUint16(p + L.IP6_PAYLOAD_LENGTH, ipLen - L.IP6_HEADER);
+    b[p + L.IP6_NEXT_HEADER] = proto;
+    b[p + L.IP6_HOP_LIMIT] = f.ttl & 0xff;
     for (let k = 0; k < 4; k++) {
-      dv.setUint32(p + 8 + k * 4, (f.src[k] ?? 0) >>> 0);
-      dv.setUint32(p + 24 + k * 4, (f.dst[k] ?? 0) >>> 0);
+      dv.setUint32(p + L.IP6_SRC + k * 4, (f.src[k] ?? 0) >>> 0);
+      dv.setUint32(p + L.IP6_DST + k * 4, (f.dst[k] ?? 0) >>> 0);
     }
   } else {
-    b[p] = 0x45;
-    dv.setUint16(p + 2, ipLen);
-    b[p + 8] = f.ttl & 0xff;
-    b[p + 9] = proto;
-    dv.setUint32(p + 12, (f.src.length === 1 ? f.src[0]! : 0x0a000001) >>> 0);
-    dv.setUint32(p + 16, (f.dst.length === 1 ? f.dst[0]! : 0x0a000002) >>> 0);
+    b[p + L.IP4_VERSION_IHL] = 0x45;
+    dv.setUint16(p + L.IP4_TOTAL_LENGTH, ipLen);
+    b[p + L.IP4_TTL] = f.ttl & 0xff;
+    b[p + L.IP4_PROTOCOL] = proto;
+    dv.setUint32(p + L.IP4_SRC, (f.src.length === 1 ? f.src[0]! : 0x0a000001) >>> 0);
+    dv.setUint32(p + L.IP4_DST, (f.dst.length === 1 ? f.dst[0]! : 0x0a000002) >>> 0);
   }
   const l4 = p + ipHdr;
-  dv.setUint16(l4, f.srcPort & 0xffff);
-  dv.setUint16(l4 + 2, f.dstPort & 0xffff);
   if (f.tcp) {
-    b[l4 + 12] = 0x50;
-    b[l4 + 13] = f.flags;
+    dv.setUint16(l4 + L.TCP_SRCPORT, f.srcPort & 0xffff);
+    dv.setUint16(l4 + L.TCP_DSTPORT, f.dstPort & 0xffff);
+    b[l4 + L.TCP_DATA_OFFSET] = (L.TCP_HEADER / 4) << 4;
+    b[l4 + L.TCP_FLAGS] = f.flags;
   } else {
-    dv.setUint16(l4 + 4, ipLen - ipHdr);
+    dv.setUint16(l4 + L.UDP_SRCPORT, f.srcPort & 0xffff);
+    dv.setUint16(l4 + L.UDP_DSTPORT, f.dstPort & 0xffff);
+    dv.setUint16(l4 + L.UDP_LENGTH, ipLen - ipHdr);
   }
   return b;
 }

@@ -7,10 +7,11 @@ import { LINKTYPE } from './constants.js';
 import * as CONSTANTS from './constants.js';
 import { decodeFast } from './fast.js';
 import { decodeIpv4, decodeIpv6 } from './ip.js';
+import * as LAYOUT from './layout.js';
 import type { DecodePlan } from './plan.js';
 import type { PacketInfo } from './view.js';
 import * as VIEW from './view.js';
-import { checkCopies } from './literal.js';
+import { checkCopies, prefixed } from './literal.js';
 
 // Literal copies of slots and constants (see literal.ts: V8 folds these, not imported bindings).
 const ETHERTYPE_IPV4 = 2048;
@@ -33,7 +34,19 @@ const LT_NULL = 0;
 const LT_RAW = 101;
 const LT_RAW_OLD_12 = 12;
 const LT_RAW_OLD_14 = 14;
-checkCopies('packet/decode', Object.fromEntries(Object.entries(LINKTYPE).map(([k, v]) => ['LT_' + k, v])), { LT_ETHERNET, LT_IPV4, LT_IPV6, LT_LINUX_SLL, LT_LINUX_SLL2, LT_LOOP, LT_NULL, LT_RAW, LT_RAW_OLD_12, LT_RAW_OLD_14 });
+checkCopies('packet/decode', prefixed('LT_', LINKTYPE), { LT_ETHERNET, LT_IPV4, LT_IPV6, LT_LINUX_SLL, LT_LINUX_SLL2, LT_LOOP, LT_NULL, LT_RAW, LT_RAW_OLD_12, LT_RAW_OLD_14 });
+// Header offsets (layout.ts).
+const AT_ETH_HEADER = 14;
+const AT_ETH_TYPE = 12;
+const AT_LOOP_FAMILY = 0;
+const AT_LOOP_HEADER = 4;
+const AT_SLL2_HEADER = 20;
+const AT_SLL2_PROTOCOL = 0;
+const AT_SLL_HEADER = 16;
+const AT_SLL_PROTOCOL = 14;
+const AT_TAG_TYPE = 2;
+const AT_VLAN_HEADER = 4;
+checkCopies('packet/decode', prefixed('AT_', LAYOUT), { AT_ETH_HEADER, AT_ETH_TYPE, AT_LOOP_FAMILY, AT_LOOP_HEADER, AT_SLL2_HEADER, AT_SLL2_PROTOCOL, AT_SLL_HEADER, AT_SLL_PROTOCOL, AT_TAG_TYPE, AT_VLAN_HEADER });
 
 /** The link types `decode` accepts. */
 export const SUPPORTED_LINKTYPES: readonly number[] = Object.values(LINKTYPE);
@@ -65,40 +78,41 @@ export function decodeGeneral(
   let et = 0;
   switch (linkType) {
     case LT_ETHERNET:
-      if (caplen < 14) {
+      if (caplen < AT_ETH_HEADER) {
         info.status |= ST_TRUNCATED;
         return;
       }
-      et = (buf[off + 12]! << 8) | buf[off + 13]!;
-      p = off + 14;
+      et = (buf[off + AT_ETH_TYPE]! << 8) | buf[off + AT_ETH_TYPE + 1]!;
+      p = off + AT_ETH_HEADER;
       break;
     case LT_LINUX_SLL:
-      if (caplen < 16) {
+      if (caplen < AT_SLL_HEADER) {
         info.status |= ST_TRUNCATED;
         return;
       }
-      et = (buf[off + 14]! << 8) | buf[off + 15]!;
-      p = off + 16;
+      et = (buf[off + AT_SLL_PROTOCOL]! << 8) | buf[off + AT_SLL_PROTOCOL + 1]!;
+      p = off + AT_SLL_HEADER;
       break;
     case LT_LINUX_SLL2:
-      if (caplen < 20) {
+      if (caplen < AT_SLL2_HEADER) {
         info.status |= ST_TRUNCATED;
         return;
       }
-      et = (buf[off]! << 8) | buf[off + 1]!;
-      p = off + 20;
+      et = (buf[off + AT_SLL2_PROTOCOL]! << 8) | buf[off + AT_SLL2_PROTOCOL + 1]!;
+      p = off + AT_SLL2_HEADER;
       break;
     case LT_NULL:
     case LT_LOOP: {
-      if (caplen < 4) {
+      if (caplen < AT_LOOP_HEADER) {
         info.status |= ST_TRUNCATED;
         return;
       }
-      const be = ((buf[off]! << 24) | (buf[off + 1]! << 16) | (buf[off + 2]! << 8) | buf[off + 3]!) >>> 0;
-      const le = ((buf[off + 3]! << 24) | (buf[off + 2]! << 16) | (buf[off + 1]! << 8) | buf[off]!) >>> 0;
+      const o = off + AT_LOOP_FAMILY;
+      const be = ((buf[o]! << 24) | (buf[o + 1]! << 16) | (buf[o + 2]! << 8) | buf[o + 3]!) >>> 0;
+      const le = ((buf[o + 3]! << 24) | (buf[o + 2]! << 16) | (buf[o + 1]! << 8) | buf[o]!) >>> 0;
       // LOOP is network order; NULL is the capturing host's order, which the value itself tells.
       et = afToEtherType(linkType === LT_LOOP || be < 256 ? be : le);
-      p = off + 4;
+      p = off + AT_LOOP_HEADER;
       break;
     }
     case LT_RAW:
@@ -124,13 +138,13 @@ export function decodeGeneral(
   }
   // 802.1Q / 802.1ad tags (any depth: each costs 4 bytes, so the loop is bounded by the frame).
   while (et === ETHERTYPE_VLAN || et === ETHERTYPE_QINQ || et === ETHERTYPE_QINQ_OLD) {
-    if (p + 4 > end) {
+    if (p + AT_VLAN_HEADER > end) {
       info.status |= ST_TRUNCATED;
       info.etherType = 0;
       return;
     }
-    et = (buf[p + 2]! << 8) | buf[p + 3]!;
-    p += 4;
+    et = (buf[p + AT_TAG_TYPE]! << 8) | buf[p + AT_TAG_TYPE + 1]!;
+    p += AT_VLAN_HEADER;
     info.vlanTags++;
   }
   info.etherType = et;

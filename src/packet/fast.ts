@@ -4,19 +4,18 @@
 // SIP. That is most of the traffic a gateway sees, and for it this writes
 // exactly what the general decoder (decode.ts, ip.ts, transport.ts) writes, in
 // one function with one check per condition; anything else returns false
-// before writing and the general decoder takes the frame. Measured on the
-// pipeline benchmark's frames (80% IPv4, 20% IPv6, TCP and UDP): decode plus
-// clear of 4,096 frames in cache went from ~100 to ~74 ns per packet, and the
-// whole packet path from 649 to 634 ns (CPU median, alternating in-process
-// A/B, 10 passes of 1M packets).
+// before writing and the general decoder takes the frame. One function costs
+// less per packet than the layer decoders' calls and checks (measured:
+// bench/pipeline.bench.ts, "without packet programs").
 
 import type { ExecutionContext } from '../expr/index.js';
+import * as LAYOUT from './layout.js';
 import type { DecodePlan } from './plan.js';
 import * as SLOTS from './slots.js';
 import { setTcpFlags } from './transport.js';
 import type { PacketInfo } from './view.js';
 import * as VIEW from './view.js';
-import { checkCopies } from './literal.js';
+import { checkCopies, prefixed } from './literal.js';
 
 // Literal copies of slots and constants (see literal.ts: V8 folds these, not imported bindings).
 const IP_DST = 1;
@@ -33,6 +32,39 @@ const ST_IP = 1;
 checkCopies('packet/fast', SLOTS, { IP_DST, IP_HDR_LEN, IP_LEN, IP_PROTO_NUMBER, IP_SRC, IP_TTL, TCP_DSTPORT, TCP_SRCPORT, UDP_DSTPORT, UDP_SRCPORT });
 checkCopies('packet/fast', VIEW, { ST_IP });
 if (IP_DST !== IP_SRC + 1) throw new Error('packet/fast: ip.dst must follow ip.src');
+// Header offsets (layout.ts).
+const AT_ETH_HEADER = 14;
+const AT_ETH_TYPE = 12;
+const AT_IP4_DST = 16;
+const AT_IP4_FLAGS_FRAGMENT = 6;
+const AT_IP4_HEADER = 20;
+const AT_IP4_PROTOCOL = 9;
+const AT_IP4_SRC = 12;
+const AT_IP4_TOTAL_LENGTH = 2;
+const AT_IP4_TTL = 8;
+const AT_IP4_VERSION_IHL = 0;
+const AT_IP6_HEADER = 40;
+const AT_IP6_HOP_LIMIT = 7;
+const AT_IP6_NEXT_HEADER = 6;
+const AT_IP6_PAYLOAD_LENGTH = 4;
+const AT_IP6_SRC = 8;
+const AT_IP6_VERSION = 0;
+const AT_L4_AFTER_IP4 = 34;
+const AT_L4_AFTER_IP6 = 54;
+const AT_TCP_DATA_OFFSET = 12;
+const AT_TCP_DSTPORT = 2;
+const AT_TCP_FLAGS = 13;
+const AT_TCP_HEADER = 20;
+const AT_TCP_SRCPORT = 0;
+const AT_UDP_DSTPORT = 2;
+const AT_UDP_HEADER = 8;
+const AT_UDP_SRCPORT = 0;
+checkCopies('packet/fast', prefixed('AT_', LAYOUT), {
+  AT_ETH_HEADER, AT_ETH_TYPE, AT_IP4_DST, AT_IP4_FLAGS_FRAGMENT, AT_IP4_HEADER, AT_IP4_PROTOCOL, AT_IP4_SRC, AT_IP4_TOTAL_LENGTH, AT_IP4_TTL,
+  AT_IP4_VERSION_IHL, AT_IP6_HEADER, AT_IP6_HOP_LIMIT, AT_IP6_NEXT_HEADER, AT_IP6_PAYLOAD_LENGTH, AT_IP6_SRC, AT_IP6_VERSION, AT_L4_AFTER_IP4,
+  AT_L4_AFTER_IP6, AT_TCP_DATA_OFFSET, AT_TCP_DSTPORT, AT_TCP_FLAGS, AT_TCP_HEADER, AT_TCP_SRCPORT, AT_UDP_DSTPORT, AT_UDP_HEADER, AT_UDP_SRCPORT,
+});
+if (LAYOUT.IP6_DST !== LAYOUT.IP6_SRC + 16) throw new Error('packet/fast: the IPv6 destination must follow the source');
 
 /**
  * The fast path's frame test, shared by decodeFast() and the packet programs
@@ -41,48 +73,47 @@ if (IP_DST !== IP_SRC + 1) throw new Error('packet/fast: ip.dst must follow ip.s
  * its transport header from `off` (34 for IPv4, 54 for IPv6) plus its
  * protocol (6 or 17) times 256; otherwise -1. The IP header starts at off + 14.
  * One test for both, so that they cannot disagree on which frames they take.
- * It costs decodeFast() something: the same checks written inline in it were
- * ~18 ns per frame cheaper (one-rule bundle without packet programs, 206 ->
- * 224 ns, interleaved in-process A/B), but with packet programs (the
- * default) decodeFast() sees only the frames of bundles that have none, or
- * of paths with eager lookups.
+ * It costs decodeFast() something against the same checks written inline
+ * (measured: bench/pipeline.bench.ts, "without packet programs"), but with
+ * packet programs (the default) decodeFast() sees only the frames of
+ * bundles that have none.
  */
 export function fastFrame(buf: Uint8Array, off: number, caplen: number): number {
   // The smallest frame taken: Ethernet + IPv4 + UDP.
-  if (caplen < 42) return -1;
-  const p = off + 14;
+  if (caplen < AT_L4_AFTER_IP4 + AT_UDP_HEADER) return -1;
+  const p = off + AT_ETH_HEADER;
   const end = off + caplen;
-  const et = (buf[off + 12]! << 8) | buf[off + 13]!;
+  const et = (buf[off + AT_ETH_TYPE]! << 8) | buf[off + AT_ETH_TYPE + 1]!;
   let l3End: number;
   let l4: number;
   let proto: number;
   if (et === 0x0800) {
     // Version 4, IHL 5 (no options); total length covers the header and lies
     // within the capture; fragment offset 0 and MF clear (DF may be set).
-    if (buf[p] !== 0x45) return -1;
-    const total = (buf[p + 2]! << 8) | buf[p + 3]!;
-    if (total < 20 || p + total > end) return -1;
-    if ((((buf[p + 6]! << 8) | buf[p + 7]!) & 0x3fff) !== 0) return -1;
-    proto = buf[p + 9]!;
+    if (buf[p + AT_IP4_VERSION_IHL] !== 0x45) return -1;
+    const total = (buf[p + AT_IP4_TOTAL_LENGTH]! << 8) | buf[p + AT_IP4_TOTAL_LENGTH + 1]!;
+    if (total < AT_IP4_HEADER || p + total > end) return -1;
+    if ((((buf[p + AT_IP4_FLAGS_FRAGMENT]! << 8) | buf[p + AT_IP4_FLAGS_FRAGMENT + 1]!) & 0x3fff) !== 0) return -1;
+    proto = buf[p + AT_IP4_PROTOCOL]!;
     l3End = p + total;
-    l4 = 34;
+    l4 = AT_L4_AFTER_IP4;
   } else if (et === 0x86dd) {
     // Version 6, a payload length that is not 0 (jumbogram, TSO) and lies
     // within the capture, and TCP or UDP right after the fixed header.
-    if (buf[p]! >>> 4 !== 6) return -1;
-    const plen = (buf[p + 4]! << 8) | buf[p + 5]!;
-    if (plen === 0 || p + 40 + plen > end) return -1;
-    proto = buf[p + 6]!;
-    l3End = p + 40 + plen;
-    l4 = 54;
+    if (buf[p + AT_IP6_VERSION]! >>> 4 !== 6) return -1;
+    const plen = (buf[p + AT_IP6_PAYLOAD_LENGTH]! << 8) | buf[p + AT_IP6_PAYLOAD_LENGTH + 1]!;
+    if (plen === 0 || p + AT_IP6_HEADER + plen > end) return -1;
+    proto = buf[p + AT_IP6_NEXT_HEADER]!;
+    l3End = p + AT_IP6_HEADER + plen;
+    l4 = AT_L4_AFTER_IP6;
   } else {
     return -1;
   }
   if (proto === 6) {
     // A whole TCP header with a valid data offset (else the general decoder flags it).
-    if (l3End - off - l4 < 20 || buf[off + l4 + 12]! >>> 4 < 5) return -1;
+    if (l3End - off - l4 < AT_TCP_HEADER || buf[off + l4 + AT_TCP_DATA_OFFSET]! >>> 4 < 5) return -1;
   } else if (proto === 17) {
-    if (l3End - off - l4 < 8) return -1;
+    if (l3End - off - l4 < AT_UDP_HEADER) return -1;
   } else {
     return -1;
   }
@@ -97,10 +128,10 @@ export function fastFrame(buf: Uint8Array, off: number, caplen: number): number 
 export function decodeFast(buf: Uint8Array, off: number, caplen: number, ctx: ExecutionContext, info: PacketInfo, plan: DecodePlan): boolean {
   const fr = fastFrame(buf, off, caplen);
   if (fr < 0) return false;
-  const p = off + 14;
+  const p = off + AT_ETH_HEADER;
   const l4 = off + (fr & 255);
   const proto = fr >>> 8;
-  const v4 = (fr & 255) === 34;
+  const v4 = (fr & 255) === AT_L4_AFTER_IP4;
   // Accepted: from here on, the same writes as the general decoder.
   const ints = ctx.ints;
   info.status = ST_IP;
@@ -111,41 +142,43 @@ export function decodeFast(buf: Uint8Array, off: number, caplen: number, ctx: Ex
   ints[IP_PROTO_NUMBER] = proto;
   const fam = ctx.ipFamily;
   if (v4) {
-    const total = (buf[p + 2]! << 8) | buf[p + 3]!;
+    const total = (buf[p + AT_IP4_TOTAL_LENGTH]! << 8) | buf[p + AT_IP4_TOTAL_LENGTH + 1]!;
     info.l3End = p + total;
     info.ipVersion = 4;
     ints[IP_HDR_LEN] = 5;
     ints[IP_LEN] = total;
-    ints[IP_TTL] = buf[p + 8]!;
+    ints[IP_TTL] = buf[p + AT_IP4_TTL]!;
     fam[IP_SRC] = 4;
     fam[IP_DST] = 4;
     const a4 = ctx.ip4;
-    a4[IP_SRC] = ((buf[p + 12]! << 24) | (buf[p + 13]! << 16) | (buf[p + 14]! << 8) | buf[p + 15]!) >>> 0;
-    a4[IP_DST] = ((buf[p + 16]! << 24) | (buf[p + 17]! << 16) | (buf[p + 18]! << 8) | buf[p + 19]!) >>> 0;
+    const s = p + AT_IP4_SRC;
+    const d = p + AT_IP4_DST;
+    a4[IP_SRC] = ((buf[s]! << 24) | (buf[s + 1]! << 16) | (buf[s + 2]! << 8) | buf[s + 3]!) >>> 0;
+    a4[IP_DST] = ((buf[d]! << 24) | (buf[d + 1]! << 16) | (buf[d + 2]! << 8) | buf[d + 3]!) >>> 0;
   } else {
-    const total = 40 + ((buf[p + 4]! << 8) | buf[p + 5]!);
+    const total = AT_IP6_HEADER + ((buf[p + AT_IP6_PAYLOAD_LENGTH]! << 8) | buf[p + AT_IP6_PAYLOAD_LENGTH + 1]!);
     info.l3End = p + total;
     info.ipVersion = 6;
     ints[IP_LEN] = total;
-    ints[IP_TTL] = buf[p + 7]!;
+    ints[IP_TTL] = buf[p + AT_IP6_HOP_LIMIT]!;
     fam[IP_SRC] = 6;
     fam[IP_DST] = 6;
     const a6 = ctx.ip6;
-    // Source then destination: ip.dst's four words follow ip.src's (IP_DST = IP_SRC + 1).
+    // Source then destination, in the frame as in the context (both checked above).
     for (let k = 0; k < 8; k++) {
-      const o = p + 8 + k * 4;
+      const o = p + AT_IP6_SRC + k * 4;
       a6[IP_SRC * 4 + k] = ((buf[o]! << 24) | (buf[o + 1]! << 16) | (buf[o + 2]! << 8) | buf[o + 3]!) >>> 0;
     }
   }
   if (proto === 6) {
     if (plan.tcp) {
-      ints[TCP_SRCPORT] = (buf[l4]! << 8) | buf[l4 + 1]!;
-      ints[TCP_DSTPORT] = (buf[l4 + 2]! << 8) | buf[l4 + 3]!;
-      setTcpFlags(ctx, buf[l4 + 13]!);
+      ints[TCP_SRCPORT] = (buf[l4 + AT_TCP_SRCPORT]! << 8) | buf[l4 + AT_TCP_SRCPORT + 1]!;
+      ints[TCP_DSTPORT] = (buf[l4 + AT_TCP_DSTPORT]! << 8) | buf[l4 + AT_TCP_DSTPORT + 1]!;
+      setTcpFlags(ctx, buf[l4 + AT_TCP_FLAGS]!);
     }
   } else if (plan.udp) {
-    ints[UDP_SRCPORT] = (buf[l4]! << 8) | buf[l4 + 1]!;
-    ints[UDP_DSTPORT] = (buf[l4 + 2]! << 8) | buf[l4 + 3]!;
+    ints[UDP_SRCPORT] = (buf[l4 + AT_UDP_SRCPORT]! << 8) | buf[l4 + AT_UDP_SRCPORT + 1]!;
+    ints[UDP_DSTPORT] = (buf[l4 + AT_UDP_DSTPORT]! << 8) | buf[l4 + AT_UDP_DSTPORT + 1]!;
   }
   return true;
 }

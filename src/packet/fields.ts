@@ -29,7 +29,7 @@ export const TRANSIT_SCHEME: Scheme = new SchemeBuilder()
   .field('ip.opt.type', 'int', { description: 'Type byte of the first IPv4 option; absent when there is none' })
   // Countries, AS numbers and list bits come from the address table, looked up
   // on demand: one lazy group per address for GeoIP and one for lists (see
-  // ExecutionContext.pending and engine/packet-path.ts).
+  // ExecutionContext.pending and engine/lazy-lookups.ts).
   .field('ip.src.country', 'bytes', { description: 'ISO 3166-1 alpha-2 country of the source (GeoIP)', key: { field: 'ip.src.country.key', of: shortBytesKey }, lazy: 'ip.src.geo' })
   .field('ip.dst.country', 'bytes', { description: 'ISO 3166-1 alpha-2 country of the destination (GeoIP)', key: { field: 'ip.dst.country.key', of: shortBytesKey }, lazy: 'ip.dst.geo' })
   .field('ip.geoip.country', 'bytes', {

@@ -1,5 +1,6 @@
-// Public face of the packet layer: the network_transit field set and the
-// allocation-free frame decoder that fills it.
+// Public face of the packet layer: the network_transit field set, the
+// allocation-free frame decoder that fills it, the header layouts (LAYOUT),
+// and checkCopies for hot modules elsewhere that copy its constants as literals.
 export { TRANSIT_SCHEME } from './fields.js';
 export { decode, decodeGeneral, SUPPORTED_LINKTYPES } from './decode.js';
 export { clearDecoded } from './clear.js';
@@ -9,3 +10,4 @@ export { LINKTYPE, PROTO_NAMES } from './constants.js';
 export { isSip } from './sip.js';
 export * as FIELD_SLOTS from './slots.js';
 export * as LAYOUT from './layout.js';
+export { checkCopies } from './literal.js';

@@ -5,7 +5,7 @@
 import { closeSync, openSync, statSync, writeSync } from 'node:fs';
 import type { Command } from 'commander';
 import { PacketBatch, PcapReader, PcapWriter, fdSink } from '../../capture/index.js';
-import { BundleError, loadBundle, LOOK_AHEAD, PacketPath, type Evaluator, type UndecodablePolicy } from '../../engine/index.js';
+import { BundleError, loadBundle, PacketPath, type Evaluator, type UndecodablePolicy } from '../../engine/index.js';
 import { MoatError } from '../../errors/index.js';
 import { CliError, type Output } from '../output.js';
 
@@ -74,7 +74,7 @@ function replay(captures: string[], flags: ReplayFlags, out: Output): void {
     undecodable: flags.undecodable as UndecodablePolicy,
   });
   const sinks = new Outputs(flags);
-  const batch = new PacketBatch(LOOK_AHEAD);
+  const batch = new PacketBatch();
   const totalBytes = captures.reduce((n, f) => n + fileSize(f), 0);
   const progress = flags.progress && flags.json !== true ? out.progress : undefined;
   let doneBytes = 0;
@@ -88,12 +88,10 @@ function replay(captures: string[], flags: ReplayFlags, out: Output): void {
       const reader = PcapReader.open(file);
       let index = 0;
       try {
-        // Packets a batch at a time (see PcapReader.nextBatch), at most what one look-ahead covers.
+        // Packets a batch at a time (see PcapReader.nextBatch).
         for (let n = reader.nextBatch(batch); n > 0; n = reader.nextBatch(batch)) {
           const data = reader.data;
           const linkType = reader.linkType;
-          // The addresses of the batch's packets, looked up together (eager lookups only, see PacketPath.lookAhead).
-          path.lookAhead(data, batch.offsets, batch.caplens, n, linkType);
           for (let k = 0; k < n; k++) {
             index++;
             const dropped = path.process(data, batch.offsets[k]!, batch.caplens[k]!, batch.origLens[k]!, linkType);
