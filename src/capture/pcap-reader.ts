@@ -212,22 +212,6 @@ export class PcapReader implements CurrentPacket {
     return k;
   }
 
-  /**
-   * Where the next packets already buffered are, without advancing: for as
-   * many of the packets the next next() calls will return as fit from index
-   * `at` of the arrays, the start of their bytes in {@link data} into
-   * offsets[at + k] and their captured length into caplens[at + k]; returns
-   * how many (0 for pcapng, at the end, on damage, or when
-   * the next record is not wholly buffered). A look-ahead for callers that
-   * batch work across packets (PacketPath.lookAhead): the bytes are those
-   * next() will return, valid until the next next() call, and the returned
-   * packets share the current link type.
-   */
-  ahead(offsets: Int32Array, caplens: Int32Array, at: number): number {
-    if (this.state !== STATE_OPEN || this.records === null) return 0;
-    return this.records.ahead(offsets, caplens, at);
-  }
-
   /** Closes the file. Idempotent; next() returns false afterwards (or rethrows an earlier error). */
   close(): void {
     if (this.state === STATE_OPEN) this.state = STATE_DONE;

@@ -165,23 +165,4 @@ export class ClassicRecords {
     }
     return k;
   }
-
-  /** See PcapReader.ahead: the buffered records after the current one, without advancing. */
-  ahead(offsets: Int32Array, caplens: Int32Array, at: number): number {
-    const c = this.c;
-    const b = c.buf;
-    const end = c.end;
-    const limit = Math.min(offsets.length, caplens.length);
-    let p = c.start;
-    let k = at;
-    while (k < limit && end - p >= 16) {
-      const incl = this.le ? le32(b, p + 8) : be32(b, p + 8);
-      if (incl > this.limit || end - p < 16 + incl) break;
-      offsets[k] = p + 16;
-      caplens[k] = incl;
-      k++;
-      p += 16 + incl;
-    }
-    return k - at;
-  }
 }

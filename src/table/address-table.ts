@@ -29,9 +29,7 @@ const MAX_SCREENS = 8;
  * segment, 6 B): a bucket's segments are a few dozen bytes, one or two cache
  * lines, searched by a short binary search then a linear scan, and the record
  * index of the segment found is in the lines the scan just read, instead of
- * one more miss into a separate record array. lookup4Pair() looks up two
- * addresses with their memory reads interleaved, so that their cache misses
- * overlap (measured: bench/pipeline.bench.ts). Lookups allocate nothing.
+ * one more miss into a separate record array. Lookups allocate nothing.
  *
  * IPv4-in-IPv6 (decision): an IPv6 address is looked up in IPv6 data only. A
  * GeoIP database answers `::ffff:a.b.c.d`, `::a.b.c.d` and 6to4 `2002:aabb:ccdd::/48`
@@ -185,41 +183,6 @@ export class AddressTable {
   lookup4(addr: number): number {
     const o = this.segment4(addr) * 3;
     return this.seg4[o + 1]! * 65536 + this.seg4[o + 2]!;
-  }
-
-  /**
-   * The records of two IPv4 addresses, into out[at] and out[at + 1]: the same
-   * answers as two lookup4() calls, with the reads of both interleaved so that
-   * their cache misses overlap (measured: bench/pipeline.bench.ts).
-   */
-  lookup4Pair(a: number, b: number, out: Int32Array, at: number): void {
-    const idx = this.index4;
-    const seg = this.seg4;
-    const xa = a & 0xffff;
-    const xb = b & 0xffff;
-    // Both buckets' bounds, then both buckets' first starts, before either
-    // search: the loads are independent, so both misses are in flight at once.
-    let la = idx[a >>> 16]! - 1;
-    let lb = idx[b >>> 16]! - 1;
-    let ha = idx[(a >>> 16) + 1]! - 1;
-    let hb = idx[(b >>> 16) + 1]! - 1;
-    const touch = seg[la * 3 + 3]! | seg[lb * 3 + 3]!;
-    while (ha - la > LINEAR_SCAN) {
-      const m = (la + ha + 1) >>> 1;
-      if (seg[m * 3]! <= xa) la = m;
-      else ha = m - 1;
-    }
-    while (la < ha && seg[la * 3 + 3]! <= xa) la++;
-    while (hb - lb > LINEAR_SCAN) {
-      const m = (lb + hb + 1) >>> 1;
-      if (seg[m * 3]! <= xb) lb = m;
-      else hb = m - 1;
-    }
-    while (lb < hb && seg[lb * 3 + 3]! <= xb) lb++;
-    // touch is at most 0xffff: the test never fails, it only keeps the early loads.
-    // The records sit next to the starts just scanned (no further miss).
-    out[at] = touch >= 0 ? seg[la * 3 + 1]! * 65536 + seg[la * 3 + 2]! : 0;
-    out[at + 1] = seg[lb * 3 + 1]! * 65536 + seg[lb * 3 + 2]!;
   }
 
   /**
