@@ -11,7 +11,8 @@ import { MoatError } from '../errors/index.js';
 import { canonicalListName, type Limits } from '../expr/index.js';
 import { geoIpFromBuffer, readGeoIpFileSync, type AsnTable, type CountryTable } from '../geoip/index.js';
 import { AddressTable, MAX_LISTS, parseListText, readListFileSync, type AddressTableList, type IpRangeList } from '../net/index.js';
-import { compileBundle, type Evaluator } from './bundle.js';
+import { compileBundle } from './compile-bundle.js';
+import type { Evaluator } from './evaluator.js';
 import { tableLists } from './packet-path.js';
 import { parseRuleset, type Ruleset } from './ruleset.js';
 

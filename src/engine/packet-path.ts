@@ -11,8 +11,8 @@ import {
 } from '../packet/index.js';
 import * as PACKET from '../packet/index.js';
 import { checkCopies } from '../packet/literal.js';
-import { VERDICT_PASS, type Evaluator } from './bundle.js';
-import { FALLBACK, type FusedHost, type PacketProgram } from './fused.js';
+import { VERDICT_PASS, type Evaluator } from './evaluator.js';
+import { FALLBACK, type PacketProgram, type ProgramHost } from './packet-program.js';
 
 // Literal copies of the slots process() uses (see packet/literal.ts: V8 folds these, not imported bindings).
 const IP_DST = 1;
@@ -86,7 +86,7 @@ export interface PacketPathOptions {
    */
   lookups?: 'lazy' | 'eager' | undefined;
   /**
-   * Whether the bundle's packet program (see engine/fused.ts) judges the
+   * Whether the bundle's packet program (see engine/packet-program.ts) judges the
    * frames it takes (with lazy lookups; the default). false: every frame is
    * decoded into the context and evaluated (for comparison: tests and the
    * pipeline benchmark).
@@ -185,7 +185,7 @@ const encoder = new TextEncoder();
  * were about half of the packet path's time (measured: see bench/pipeline).
  *
  * Ethernet frames of the decoder fast path's kind (most of them) go through
- * the bundle's packet program (Evaluator.program, see engine/fused.ts):
+ * the bundle's packet program (Evaluator.program, see engine/packet-program.ts):
  * decoding and rules in one generated function, over locals rather than the
  * context. Other frames, and every frame with eager lookups, are decoded into
  * the context and evaluated by the bundle's function. Measured on the
@@ -193,7 +193,7 @@ const encoder = new TextEncoder();
  * ns with programs (beginAt() since: 449 -> 420); on a one-rule bundle, 203
  * -> 113 ns.
  */
-export class PacketPath implements LazyResolver, FusedHost {
+export class PacketPath implements LazyResolver, ProgramHost {
   /**
    * The fields of the last frame decoded into a context, and what decoding
    * learnt about it. A frame a packet program judged (see process()) is
@@ -442,7 +442,7 @@ export class PacketPath implements LazyResolver, FusedHost {
     const program = this.program;
     if (program !== null && linkType === LT_ETHERNET) {
       // Frames of the fast path's kind: decoded and judged in one generated
-      // function (see engine/fused.ts), which writes no decoded field to the
+      // function (see engine/packet-program.ts), which writes no decoded field to the
       // context and leaves `info` as it is.
       const r = program(buf, off, caplen, origLen, ctx, this);
       if (r !== FALLBACK) {
@@ -539,7 +539,7 @@ export class PacketPath implements LazyResolver, FusedHost {
   }
 
   /**
-   * begin() for a packet program (FusedHost), which knows the family and the
+   * begin() for a packet program (ProgramHost), which knows the family and the
    * addresses' first words: the same marks without reading them back from the
    * context or branching on the family again.
    */
