@@ -43,8 +43,9 @@ export function portRun(
   // context holding only the port (NaN: the port absent).
   const tests = conds.slice(i, j).map((cond, k) => `if (${cond!}) return ${k + 1};`).join('\n');
   const name = `port-run-${i}`;
-  const source = `${CODEGEN_LOCALS}\nI[${slot}] = v;\n${tests}\nreturn 0;\n//# sourceURL=moat-bundle/${name}.js`;
-  const matchAt = new Function('K', 'c', 'v', source) as (K: readonly unknown[], c: ExecutionContext, v: number) => number;
+  const body = `${CODEGEN_LOCALS}\nI[${slot}] = v;\n${tests}\nreturn 0;`;
+  const url = `//# sourceURL=moat-bundle/${name}.js`;
+  const matchAt = new Function('K', 'c', 'v', `${body}\n${url}`) as (K: readonly unknown[], c: ExecutionContext, v: number) => number;
   // A rule true for an absent port: the run stops before it.
   const absent = matchAt(pool.values, ctx, NaN);
   if (absent !== 0) j = i + absent - 1;
@@ -70,7 +71,7 @@ export function portRun(
   return {
     line: { marker: `/* rules ${i}-${j - 1} */`, template: `if (${s} >= 0 && ${s} <= 65535) { const d = ${t}[${s}]; if (d !== 0) return d + ${first}; }` },
     end: j,
-    builder: { name, source: `function matchAt(K, c, v) {\n${source}\n}` },
+    builder: { name, source: `function matchAt(K, c, v) {\n${body}\n}\n${url}` },
   };
 }
 

@@ -3,7 +3,7 @@
 // many rules into one straight-line function (faster than a closure tree:
 // bench/expr.bench.ts). The source is built only from the checked tree's
 // numbers (slots, integer literals, constant indexes) and fixed operator text:
-// no text the user wrote ever reaches it (test/expr/generated-alphabet.test.ts).
+// no text the user wrote ever reaches it (test/engine/generated-alphabet.test.ts).
 // Sets, byte strings, regexes and lists live in a constants array the code
 // indexes. Field reads are holes the caller fills (see renderCode), and the
 // result says what else the code reads, so no later step parses it back.
