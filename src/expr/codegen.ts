@@ -14,9 +14,10 @@ import type { ExecutionContext } from './context.js';
 import { IpRangeSet } from '../net/index.js';
 
 /**
- * Names the generated code uses. The engine's generated function declares them:
- * `const I = c.ints, B = c.bools, F = c.ipFamily, A4 = c.ip4, A6 = c.ip6, PD = c.pending;`
- * and `K` is the constants array.
+ * The context's arrays under the names the generated code reads them by
+ * (ints, bools, IP families, IPv4 and IPv6 address words, pending lazy
+ * groups); every function that holds generated code declares them, and takes
+ * the constants array as `K` (see the name table in engine/code-writer.ts).
  */
 export const CODEGEN_LOCALS = 'const I = c.ints, B = c.bools, F = c.ipFamily, A4 = c.ip4, A6 = c.ip6, PD = c.pending;';
 
@@ -282,10 +283,8 @@ function generateTest(node: Checked, pool: ConstantPool, lists: ListProvider | u
         if (six.count === 0) v6 = 'false';
         else if (six.count <= 4) {
           // A few IPv6 ranges inline too, as comparisons word by word from the
-          // first, instead of a predicate call (measured on
-          // `ip.src in {192.0.2.0/24 198.51.100.0/24 2001:db8::/32}`, the
-          // pipeline benchmark's last rule, over 1,024 IPv6 contexts: 28-37 ->
-          // 12-15 ns per evaluation).
+          // first: cheaper than a predicate call (measured: bench/pipeline.bench.ts,
+          // its last rule, on IPv6 packets).
           const o = node.field.slot * 4;
           const b = six.bounds;
           const ranges: string[] = [];
@@ -470,10 +469,9 @@ function literalKeys(node: BytesTest, values: readonly Uint8Array[]): Array<{ sl
 /**
  * `==`, `!=` and `in` on a keyed bytes field (FieldKey) as integer tests of its
  * key: `ip.proto == "udp"` is `I[n] === 17`, `ip.src.country in {"CN" "RU"}`
- * two comparisons, instead of a call into a closure that compares bytes; with
- * the packet path writing keys instead of byte views (measured on the pipeline
- * benchmark's inputs, alternating in-process A/B, 10 passes: 553 -> 471
- * ns/packet CPU median).
+ * two comparisons, instead of a call into a closure that compares bytes, and
+ * the packet path writes keys instead of byte views (measured:
+ * bench/pipeline.bench.ts).
  * An absent value's key is NaN, which fails every test, as the closures do;
  * `!=` is true only for a present value. Undefined when a literal has no key,
  * or for `!=` on a virtual any-of field (left to the closure).
