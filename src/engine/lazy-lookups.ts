@@ -7,8 +7,8 @@ import { shortBytesKey, type ExecutionContext, type LazyResolver } from '../expr
 import * as TABLE from '../table/index.js';
 import { inRanges, screenHas, type AddressTable } from '../table/index.js';
 import { checkCopies, FIELD_SLOTS as F } from '../packet/index.js';
-import type { Evaluator } from './bundle.js';
-import type { FusedHost } from './fused.js';
+import type { Evaluator } from './evaluator.js';
+import type { ProgramHost } from './packet-program.js';
 import * as COUNTERS from './path-counters.js';
 
 // Literal copies of the slots used here (see packet/literal.ts: V8 folds these, not imported bindings).
@@ -42,7 +42,7 @@ const encoder = new TextEncoder();
 /**
  * The lookups of one packet path (its context and counters): the resolver
  * the rules' generated code calls (LazyResolver) and the host of the bundle's
- * packet program (FusedHost).
+ * packet program (ProgramHost).
  *
  * begin() (or beginAt() from a packet program) marks the address groups
  * pending (ExecutionContext.pending), and the rules' code calls resolve()
@@ -53,7 +53,7 @@ const encoder = new TextEncoder();
  * every packet was about half of the packet path's time (measured:
  * bench/pipeline.bench.ts, table lookups/packet).
  */
-export class LazyLookups implements LazyResolver, FusedHost {
+export class LazyLookups implements LazyResolver, ProgramHost {
   private readonly v: Float64Array;
   private readonly table: AddressTable | undefined;
   private readonly lookupSrc: boolean;
@@ -146,7 +146,7 @@ export class LazyLookups implements LazyResolver, FusedHost {
   }
 
   /**
-   * begin() for a packet program (FusedHost), which knows the family and the
+   * begin() for a packet program (ProgramHost), which knows the family and the
    * addresses' first words: the same marks without reading them back from the
    * context or branching on the family again.
    */

@@ -12,7 +12,8 @@ import { canonicalListName, type Limits } from '../expr/index.js';
 import { geoIpFromBuffer, readGeoIpFileSync, type AsnTable, type CountryTable } from '../geoip/index.js';
 import { parseListText, readListFileSync, type IpRangeList } from '../net/index.js';
 import { AddressTable, MAX_LISTS, type AddressTableList } from '../table/index.js';
-import { compileBundle, type Evaluator } from './bundle.js';
+import { compileBundle } from './compile-bundle.js';
+import type { Evaluator } from './evaluator.js';
 import { tableLists } from './table-lists.js';
 import { parseRuleset, type Ruleset } from './ruleset.js';
 

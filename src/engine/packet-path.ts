@@ -9,8 +9,8 @@ import {
 } from '../packet/index.js';
 import * as PACKET from '../packet/index.js';
 import type { AddressTable } from '../table/index.js';
-import { VERDICT_PASS, type Evaluator } from './bundle.js';
-import { FALLBACK, type PacketProgram } from './fused.js';
+import { VERDICT_PASS, type Evaluator } from './evaluator.js';
+import { FALLBACK, type PacketProgram } from './packet-program.js';
 import { LazyLookups } from './lazy-lookups.js';
 import * as COUNTERS from './path-counters.js';
 import { PathCounters } from './path-counters.js';
@@ -60,7 +60,7 @@ export interface PacketPathOptions {
   /** Counters to add to (kept across bundle swaps by the daemon); new ones by default. */
   counters?: PathCounters | undefined;
   /**
-   * Whether the bundle's packet program (see engine/fused.ts) judges the
+   * Whether the bundle's packet program (see engine/packet-program.ts) judges the
    * frames it takes (the default). false: every frame is decoded into the
    * context and evaluated (for comparison: tests and the pipeline benchmark).
    */
@@ -73,7 +73,7 @@ const encoder = new TextEncoder();
  * Decodes and evaluates frames against one compiled bundle, and counts.
  *
  * Ethernet frames of the decoder fast path's kind (most of them) go through
- * the bundle's packet program (Evaluator.program, see engine/fused.ts):
+ * the bundle's packet program (Evaluator.program, see engine/packet-program.ts):
  * decoding and rules in one generated function, over locals rather than the
  * context, which cost less per packet than decoding into the context first
  * (measured: bench/pipeline.bench.ts, "without packet programs"). Other
@@ -156,7 +156,7 @@ export class PacketPath {
     const program = this.program;
     if (program !== null && linkType === LT_ETHERNET) {
       // Frames of the fast path's kind: decoded and judged in one generated
-      // function (see engine/fused.ts), which writes no decoded field to the
+      // function (see engine/packet-program.ts), which writes no decoded field to the
       // context and leaves `info` as it is.
       const r = program(buf, off, caplen, origLen, ctx, this.lookups);
       if (r !== FALLBACK) {

@@ -22,9 +22,9 @@
 
 import type { Checked } from '../expr/index.js';
 import { LAYOUT as L } from '../packet/index.js';
-import { TCP_FLAG_BITS } from './fused.js';
+import { TCP_FLAG_BITS } from './packet-program.js';
 
-// Probes of bool fields are keyed by slot, as fused.ts names the flag fields.
+// Probes of bool fields are keyed by slot, as packet-program.ts names the flag fields.
 const boolKey = (slot: number): string => `B${slot}`;
 
 /** Frames per rule: each protocol the rule reads, over both families, with different picks. */

@@ -1,10 +1,12 @@
 // The code-generating backend: turns a checked tree into the source of one JS
 // boolean expression over the context's typed arrays, for the engine to inline
-// many rules into one straight-line function (measured 7.5x faster than a
-// closure tree in performance.md §3e). The source is built only from the
-// checked tree's numbers (slots, integer literals, constant indexes) and fixed
-// operator text: no text the user wrote ever reaches it. Sets, byte strings,
-// regexes and lists live in a constants array the generated code indexes.
+// many rules into one straight-line function (faster than a closure tree:
+// bench/expr.bench.ts). The source is built only from the checked tree's
+// numbers (slots, integer literals, constant indexes) and fixed operator text:
+// no text the user wrote ever reaches it (test/engine/generated-alphabet.test.ts).
+// Sets, byte strings, regexes and lists live in a constants array the code
+// indexes. Field reads are holes the caller fills (see renderCode), and the
+// result says what else the code reads, so no later step parses it back.
 
 import type { Checked, IntOperand, ListProvider } from './checked.js';
 import { compileChecked, intGetter, intSetBitmap } from './compiler.js';
@@ -12,11 +14,76 @@ import type { ExecutionContext } from './context.js';
 import { IpRangeSet } from '../net/index.js';
 
 /**
- * Names the generated code uses. The engine's generated function declares them:
- * `const I = c.ints, B = c.bools, F = c.ipFamily, A4 = c.ip4, A6 = c.ip6, PD = c.pending;`
- * and `K` is the constants array.
+ * The context's arrays under the names the generated code reads them by
+ * (ints, bools, IP families, IPv4 and IPv6 address words, pending lazy
+ * groups); every function that holds generated code declares them, and takes
+ * the constants array as `K` (see the name table in engine/code-writer.ts).
  */
 export const CODEGEN_LOCALS = 'const I = c.ints, B = c.bools, F = c.ipFamily, A4 = c.ip4, A6 = c.ip6, PD = c.pending;';
+
+/** The typed arrays of the context (CODEGEN_LOCALS) whose slots generated code reads by index, in hole-id order. */
+const FIELD_ARRAYS = ['I', 'B', 'F', 'A4'] as const;
+
+/** A read of one slot of one of the context's typed arrays: `I[7]` is { array: 'I', slot: 7 }. */
+export interface FieldRead {
+  readonly array: (typeof FIELD_ARRAYS)[number];
+  readonly slot: number;
+}
+
+// A field read's hole in a template: HOLE, the read's id (slot * 4 + array), HOLE.
+// No other generated text holds the character, so a split finds the holes.
+const HOLE = '\u0001';
+
+/** The hole a template holds for the read of `slot` of `array` (renderCode fills it). */
+export function fieldHole(array: FieldRead['array'], slot: number): string {
+  int(slot);
+  return `${HOLE}${slot * 4 + FIELD_ARRAYS.indexOf(array)}${HOLE}`;
+}
+
+/** How the generated code reads a field by default: from the context's typed array, `I[7]`. */
+export const contextRead = (r: FieldRead): string => `${r.array}[${r.slot}]`;
+
+/**
+ * The source of a template, each field read's hole written as `read` says
+ * (the engine reads fields once into locals, or as literals in a packet
+ * program); `read` sees the reads in the order they first occur.
+ */
+export function renderCode(template: string, read: (r: FieldRead) => string = contextRead): string {
+  const parts = template.split(HOLE);
+  for (let i = 1; i < parts.length; i += 2) {
+    const id = Number(parts[i]);
+    parts[i] = read({ array: FIELD_ARRAYS[id & 3]!, slot: id >>> 2 });
+  }
+  return parts.join('');
+}
+
+/** A generated boolean expression and what it reads besides its fields' slots. */
+export interface GeneratedCode {
+  /** The expression's source, field reads as holes (see renderCode). */
+  readonly template: string;
+  /** It calls a closure over the whole context (`K[n](c)`): bytes fields, bit slices, large address sets. */
+  readonly readsContext: boolean;
+  /** It reads IPv6 address words (A6) or resolves lazy groups (PD): the addresses must be in the context. */
+  readonly readsAddresses: boolean;
+}
+
+// What one generate() call has emitted so far besides field reads.
+interface Emitted {
+  readsContext: boolean;
+  readsAddresses: boolean;
+}
+
+// A call of the constant `ref` (a closure) on the whole context.
+function callOnContext(ref: string, e: Emitted): string {
+  e.readsContext = true;
+  return `${ref}(c)`;
+}
+
+// A word of an IPv6 address, A6[n] (never a hole: the engine leaves it in the context).
+function a6(n: number, e: Emitted): string {
+  e.readsAddresses = true;
+  return `A6[${int(n)}]`;
+}
 
 /** Collects constants referenced by generated code. */
 export class ConstantPool {
@@ -58,26 +125,33 @@ function int(v: number): string {
   return String(v);
 }
 
-/** Generates the source of a boolean expression for `node`. */
-export function generate(node: Checked, pool: ConstantPool, lists: ListProvider | undefined): string {
+/** Generates a boolean expression for `node`: its source with field reads as holes, and what else it reads. */
+export function generate(node: Checked, pool: ConstantPool, lists: ListProvider | undefined): GeneratedCode {
+  const e: Emitted = { readsContext: false, readsAddresses: false };
+  const template = gen(node, pool, lists, e);
+  return { template, readsContext: e.readsContext, readsAddresses: e.readsAddresses };
+}
+
+function gen(node: Checked, pool: ConstantPool, lists: ListProvider | undefined, e: Emitted): string {
   switch (node.kind) {
     case 'and':
-      return '(' + byCost(node.items, lists).map((i) => generate(i, pool, lists)).join(' && ') + ')';
+      return '(' + byCost(node.items, lists).map((i) => gen(i, pool, lists, e)).join(' && ') + ')';
     case 'or':
-      return '(' + byCost(node.items, lists).map((i) => generate(i, pool, lists)).join(' || ') + ')';
+      return '(' + byCost(node.items, lists).map((i) => gen(i, pool, lists, e)).join(' || ') + ')';
     case 'xor':
       // Booleans compared with !== is xor; chains fold left as in the closures.
-      return '(' + node.items.map((i) => generate(i, pool, lists)).join(' !== ') + ')';
+      return '(' + node.items.map((i) => gen(i, pool, lists, e)).join(' !== ') + ')';
     case 'not':
-      return `!${generate(node.operand, pool, lists)}`;
+      return `!${gen(node.operand, pool, lists, e)}`;
     default: {
       // A test that reads lazy fields first resolves their groups when still
       // pending (see ExecutionContext.pending): one check per group and test,
       // then plain reads, in the test and in any closure it calls.
-      const test = generateTest(node, pool, lists);
+      const test = generateTest(node, pool, lists, e);
       const groups = lazyGroups(node, lists);
       if (groups.length === 0) return test;
       noteLazyValues(node, groups, pool);
+      e.readsAddresses = true;
       return '(' + groups.map((g) => `(PD[${int(g)}] === 0 || c.resolver.resolve(${int(g)})), `).join('') + test + ')';
     }
   }
@@ -155,26 +229,26 @@ function lazyGroups(node: Checked, lists: ListProvider | undefined): number[] {
 }
 
 // One test (not and/or/xor/not), with plain reads of its fields.
-function generateTest(node: Checked, pool: ConstantPool, lists: ListProvider | undefined): string {
+function generateTest(node: Checked, pool: ConstantPool, lists: ListProvider | undefined, e: Emitted): string {
   switch (node.kind) {
     case 'and':
     case 'or':
     case 'xor':
     case 'not':
-      return generate(node, pool, lists);
+      return gen(node, pool, lists, e);
     case 'bool':
-      return `(B[${int(node.field.slot)}] === 1)`;
+      return `(${fieldHole('B', node.field.slot)} === 1)`;
     case 'const':
       return node.value ? 'true' : 'false';
     case 'int-cmp': {
-      const v = intValue(node.lhs, pool);
+      const v = intValue(node.lhs, pool, e);
       const k = num(node.value);
       if (node.op === '!=') return `(${v} !== ${k} && ${v} === ${v})`;
       const op = node.op === '==' ? '===' : node.op;
       return `(${v} ${op} ${k})`;
     }
     case 'int-and':
-      return `((${intValue(node.lhs, pool)} & ${num(node.mask)}) !== 0)`;
+      return `((${intValue(node.lhs, pool, e)} & ${num(node.mask)}) !== 0)`;
     case 'int-in':
     case 'ip-in':
     case 'ip-list':
@@ -189,17 +263,19 @@ function generateTest(node: Checked, pool: ConstantPool, lists: ListProvider | u
       if (node.kind === 'ip-list') {
         const pre = lists?.get(node.list)?.precomputed;
         const slot = pre?.slotFor(node.field.name);
-        if (pre !== undefined && slot !== undefined) return `((I[${int(slot)}] & ${num(pre.bit)}) !== 0)`;
+        if (pre !== undefined && slot !== undefined) return `((${fieldHole('I', slot)} & ${num(pre.bit)}) !== 0)`;
       }
       if (node.kind === 'ip-in' && node.set instanceof IpRangeSet && node.set.v4.size <= 4) {
         // A few IPv4 ranges inline as comparisons; IPv6 addresses go to the predicate.
-        const s = int(node.field.slot);
+        const s = node.field.slot;
+        const a4 = fieldHole('A4', s);
+        const f = fieldHole('F', s);
         const set = node.set.v4;
         const terms: string[] = [];
         for (let i = 0; i < set.size; i++) {
           const lo = num(set.lo[i]!);
           const hi = num(set.hi[i]!);
-          terms.push(lo === hi ? `A4[${s}] === ${lo}` : `(A4[${s}] >= ${lo} && A4[${s}] <= ${hi})`);
+          terms.push(lo === hi ? `${a4} === ${lo}` : `(${a4} >= ${lo} && ${a4} <= ${hi})`);
         }
         const v4 = terms.length === 0 ? 'false' : `(${terms.join(' || ')})`;
         const six = node.set.v6;
@@ -207,10 +283,8 @@ function generateTest(node: Checked, pool: ConstantPool, lists: ListProvider | u
         if (six.count === 0) v6 = 'false';
         else if (six.count <= 4) {
           // A few IPv6 ranges inline too, as comparisons word by word from the
-          // first, instead of a predicate call (measured on
-          // `ip.src in {192.0.2.0/24 198.51.100.0/24 2001:db8::/32}`, the
-          // pipeline benchmark's last rule, over 1,024 IPv6 contexts: 28-37 ->
-          // 12-15 ns per evaluation).
+          // first: cheaper than a predicate call (measured: bench/pipeline.bench.ts,
+          // its last rule, on IPv6 packets).
           const o = node.field.slot * 4;
           const b = six.bounds;
           const ranges: string[] = [];
@@ -218,18 +292,18 @@ function generateTest(node: Checked, pool: ConstantPool, lists: ListProvider | u
             const lo = Array.from(b.subarray(i * 8, i * 8 + 4));
             const hi = Array.from(b.subarray(i * 8 + 4, i * 8 + 8));
             if (lo.every((x, k) => x === hi[k])) {
-              ranges.push(`(${lo.map((x, k) => `A6[${int(o + k)}] === ${num(x)}`).join(' && ')})`);
+              ranges.push(`(${lo.map((x, k) => `${a6(o + k, e)} === ${num(x)}`).join(' && ')})`);
               continue;
             }
-            const parts = [wordsFrom(o, lo, 0, '>', 0), wordsFrom(o, hi, 0, '<', 0xffffffff)].filter((t) => t !== 'true');
+            const parts = [wordsFrom(o, lo, 0, '>', 0, e), wordsFrom(o, hi, 0, '<', 0xffffffff, e)].filter((t) => t !== 'true');
             ranges.push(parts.length === 0 ? 'true' : `(${parts.join(' && ')})`);
           }
           v6 = `(${ranges.join(' || ')})`;
-        } else v6 = `${pool.ref(compileChecked(node, lists))}(c)`;
-        return `(F[${s}] === 4 ? ${v4} : F[${s}] === 6 && ${v6})`;
+        } else v6 = callOnContext(pool.ref(compileChecked(node, lists)), e);
+        return `(${f} === 4 ? ${v4} : ${f} === 6 && ${v6})`;
       }
       if (node.kind === 'int-in' && node.lhs.kind === 'field') {
-        const v = `I[${int(node.lhs.field.slot)}]`;
+        const v = fieldHole('I', node.lhs.field.slot);
         const set = node.set;
         if (set.size === 0) return 'false';
         if (set.size <= 4) {
@@ -253,21 +327,24 @@ function generateTest(node: Checked, pool: ConstantPool, lists: ListProvider | u
       if (node.kind !== 'ip-in' && node.kind !== 'ip-list' && node.kind !== 'int-in') {
         for (const f of node.field.anyOf ?? [node.field]) pool.bytesRead.add(f.name);
       }
-      return `${pool.ref(compileChecked(node, lists))}(c)`;
+      return callOnContext(pool.ref(compileChecked(node, lists)), e);
     case 'ip-cmp': {
-      const s = int(node.field.slot);
+      const f = fieldHole('F', node.field.slot);
+      const a4 = fieldHole('A4', node.field.slot);
       const w = node.value.words.map(num);
       if (node.value.family === 4) {
         const k = w[0]!;
-        if (node.op === '!=') return `(F[${s}] === 6 || (F[${s}] === 4 && A4[${s}] !== ${k}))`;
+        if (node.op === '!=') return `(${f} === 6 || (${f} === 4 && ${a4} !== ${k}))`;
         const op = node.op === '==' ? '===' : node.op;
-        return `(F[${s}] === 4 && A4[${s}] ${op} ${k})`;
+        return `(${f} === 4 && ${a4} ${op} ${k})`;
       }
-      const o = node.field.slot * 4;
-      const eq = w.map((k, i) => `A6[${o + i}] === ${k}`).join(' && ');
-      if (node.op === '==') return `(F[${s}] === 6 && ${eq})`;
-      if (node.op === '!=') return `(F[${s}] === 4 || (F[${s}] === 6 && !(${eq})))`;
-      return `${pool.ref(compileChecked(node, lists))}(c)`;
+      if (node.op === '==' || node.op === '!=') {
+        const o = node.field.slot * 4;
+        const eq = w.map((k, i) => `${a6(o + i, e)} === ${k}`).join(' && ');
+        if (node.op === '==') return `(${f} === 6 && ${eq})`;
+        return `(${f} === 4 || (${f} === 6 && !(${eq})))`;
+      }
+      return callOnContext(pool.ref(compileChecked(node, lists)), e);
     }
   }
 }
@@ -275,11 +352,11 @@ function generateTest(node: Checked, pool: ConstantPool, lists: ListProvider | u
 // The IPv6 address at A6[o..o+3] compared with the bound `w` from word k on:
 // `op` '>' tests address >= w, '<' tests address <= w. Words past k that are
 // all `pad` (0 for a lower bound, 0xffffffff for an upper one) need no test.
-function wordsFrom(o: number, w: readonly number[], k: number, op: '>' | '<', pad: number): string {
+function wordsFrom(o: number, w: readonly number[], k: number, op: '>' | '<', pad: number, e: Emitted): string {
   if (w.slice(k).every((x) => x === pad)) return 'true';
-  const a = `A6[${int(o + k)}]`;
+  const a = a6(o + k, e);
   const x = num(w[k]!);
-  const rest = k === 3 ? 'true' : wordsFrom(o, w, k + 1, op, pad);
+  const rest = k === 3 ? 'true' : wordsFrom(o, w, k + 1, op, pad, e);
   if (rest === 'true') return `${a} ${op}= ${x}`;
   return `(${a} ${op} ${x} || (${a} === ${x} && ${rest}))`;
 }
@@ -357,16 +434,17 @@ function byCost(items: readonly Checked[], lists: ListProvider | undefined): rea
 // likeliest to go the same way packet after packet, where flags and ordering
 // tests on mixed traffic are coin flips the CPU mispredicts. On the pipeline
 // benchmark's `tcp.flags.syn and not tcp.flags.ack and ip.ttl < N and
-// tcp.dstport == M` rules the port is then tested first (measured: see git log).
+// tcp.dstport == M` rules the port is then tested first (measured:
+// bench/pipeline.bench.ts).
 function isEquality(node: Checked): boolean {
   return node.kind === 'int-cmp' && node.op === '==' && node.lhs.kind === 'field';
 }
 
-function intValue(lhs: IntOperand, pool: ConstantPool): string {
-  if (lhs.kind === 'field') return `I[${int(lhs.field.slot)}]`;
+function intValue(lhs: IntOperand, pool: ConstantPool, e: Emitted): string {
+  if (lhs.kind === 'field') return fieldHole('I', lhs.field.slot);
   // bit_slice: the compiler's getter (absent = NaN), called from the generated code.
   pool.bytesRead.add(lhs.field.name);
-  return `${pool.ref(intGetter(lhs))}(c)`;
+  return callOnContext(pool.ref(intGetter(lhs)), e);
 }
 
 type BytesTest = Extract<Checked, { kind: 'bytes-cmp' | 'bytes-in' }>;
@@ -391,10 +469,9 @@ function literalKeys(node: BytesTest, values: readonly Uint8Array[]): Array<{ sl
 /**
  * `==`, `!=` and `in` on a keyed bytes field (FieldKey) as integer tests of its
  * key: `ip.proto == "udp"` is `I[n] === 17`, `ip.src.country in {"CN" "RU"}`
- * two comparisons, instead of a call into a closure that compares bytes; with
- * the packet path writing keys instead of byte views (measured on the pipeline
- * benchmark's inputs, alternating in-process A/B, 10 passes: 553 -> 471
- * ns/packet CPU median).
+ * two comparisons, instead of a call into a closure that compares bytes, and
+ * the packet path writes keys instead of byte views (measured:
+ * bench/pipeline.bench.ts).
  * An absent value's key is NaN, which fails every test, as the closures do;
  * `!=` is true only for a present value. Undefined when a literal has no key,
  * or for `!=` on a virtual any-of field (left to the closure).
@@ -406,14 +483,14 @@ function keyedBytes(node: BytesTest, pool: ConstantPool): string | undefined {
     if (alts === undefined) return undefined;
     if (node.op === '!=') {
       if (alts.length !== 1) return undefined;
-      const v = `I[${int(alts[0]!.slot)}]`;
+      const v = fieldHole('I', alts[0]!.slot);
       return `(${v} !== ${num(alts[0]!.keys[0]!)} && ${v} === ${v})`;
     }
-    return '(' + alts.map((a) => `I[${int(a.slot)}] === ${num(a.keys[0]!)}`).join(' || ') + ')';
+    return '(' + alts.map((a) => `${fieldHole('I', a.slot)} === ${num(a.keys[0]!)}`).join(' || ') + ')';
   }
   const alts = literalKeys(node, node.values);
   if (alts === undefined) return undefined;
-  return '(' + alts.map((a) => keyIn(`I[${int(a.slot)}]`, a.keys, pool)).join(' || ') + ')';
+  return '(' + alts.map((a) => keyIn(fieldHole('I', a.slot), a.keys, pool)).join(' || ') + ')';
 }
 
 // Membership of the key `v` in `keys`: comparisons for a few, else a bitmap
@@ -438,8 +515,8 @@ function keyIn(v: string, keys: readonly number[], pool: ConstantPool): string {
 /** Compiles a checked tree through code generation into a standalone predicate (tests, single filters). */
 export function compileGenerated(node: Checked, lists: ListProvider | undefined): (c: ExecutionContext) => boolean {
   const pool = new ConstantPool();
-  const body = generate(node, pool, lists);
+  const body = renderCode(generate(node, pool, lists).template);
   // The source is built from numbers only (see the header comment).
-  const make = new Function('K', `return function generatedFilter(c) { ${CODEGEN_LOCALS} return ${body}; };`);
+  const make = new Function('K', `return function generatedFilter(c) { ${CODEGEN_LOCALS} return ${body}; };\n//# sourceURL=moat-bundle/generated-filter.js`);
   return make(pool.values) as (c: ExecutionContext) => boolean;
 }

@@ -68,7 +68,7 @@ if (LAYOUT.IP6_DST !== LAYOUT.IP6_SRC + 16) throw new Error('packet/fast: the IP
 
 /**
  * The fast path's frame test, shared by decodeFast() and the packet programs
- * the engine generates (engine/fused.ts): when buf[off, off + caplen) is an
+ * the engine generates (engine/packet-program.ts): when buf[off, off + caplen) is an
  * Ethernet frame of the common kind (see the header), returns the offset of
  * its transport header from `off` (34 for IPv4, 54 for IPv6) plus its
  * protocol (6 or 17) times 256; otherwise -1. The IP header starts at off + 14.

@@ -11,3 +11,4 @@ export { isSip } from './sip.js';
 export * as FIELD_SLOTS from './slots.js';
 export * as LAYOUT from './layout.js';
 export { checkCopies } from './literal.js';
+export { fastFrame } from './fast.js';

@@ -51,6 +51,19 @@ describe('moat check', () => {
     expect(r.stderr).toContain('error 1017');
   });
 
+  it('prints the JavaScript generated for the expression as a block rule with --emit-js, each function under its sourceURL', async () => {
+    const r = await moat('check', '--emit-js', 'tcp.dstport in {22 80} and ip.src.country == "CN"');
+    expect(r.code).toBe(0);
+    expect(r.stdout.startsWith('OK\nfields: ip.src.country tcp.dstport\nlists: (none)\n\nreturn function bundle(c, len) {\n')).toBe(true);
+    expect(r.stdout).toContain('/* rule 0 */ if (');
+    expect(r.stdout).toContain('\n//# sourceURL=moat-bundle/bundle.js\n\nreturn function packetProgram(');
+    expect(r.stdout.endsWith('\n//# sourceURL=moat-bundle/packet-program.js')).toBe(true);
+    const json = JSON.parse((await moat('check', '--json', '--emit-js', 'ip.src.country matches "^C"')).stdout);
+    expect(json.generated.map((g: { name: string }) => g.name)).toEqual(['bundle']);
+    expect(json.generated[0].source).toContain('K[0](c)');
+    expect(JSON.parse((await moat('check', '--json', 'tcp.flags.syn')).stdout).generated).toBeUndefined();
+  });
+
   it('exits 2 with a message for usage errors and unreadable files', async () => {
     expect((await moat('check')).code).toBe(2);
     const r = await moat('check', '--file', '/nonexistent/rule.expr');

@@ -1,4 +1,4 @@
-// Port dispatch (bundle.ts, portRun): a run of block rules that each test one
+// Port dispatch (port-dispatch.ts, portRun): a run of block rules that each test one
 // port field alone is compiled into one table read. The verdicts, matched
 // rules, counters and logged rules are those of the rules evaluated one by one
 // (the closure compiler), on random rulesets mixing such runs with rules that

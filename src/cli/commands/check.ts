@@ -1,9 +1,11 @@
 // `moat check`: parse and type-check one rule expression (from the command line
-// or a file) against the network_transit field set, and say what it uses.
+// or a file) against the network_transit field set, and say what it uses; with
+// --emit-js, also print the JavaScript the engine generates for it as a rule.
 
 import { readFileSync } from 'node:fs';
 import type { Command } from 'commander';
-import { checkExpression, lineColumn, renderError } from '../../expr/index.js';
+import { compileBundle, toRuleset, type GeneratedSource } from '../../engine/index.js';
+import { checkExpression, lineColumn, renderError, type ListProvider } from '../../expr/index.js';
 import { TRANSIT_SCHEME } from '../../packet/index.js';
 import { CliError, type Output } from '../output.js';
 
@@ -13,6 +15,7 @@ interface CheckFlags {
   list?: string[];
   maxLength?: string;
   maxDepth?: string;
+  emitJs?: boolean;
 }
 
 /** Registers `moat check` on the program. */
@@ -26,6 +29,7 @@ export function registerCheck(program: Command, out: Output): void {
     .option('--list <name...>', 'account lists that exist (without $); when given, other account lists are errors')
     .option('--max-length <n>', 'expression length limit in characters', '4096')
     .option('--max-depth <n>', 'nesting depth limit', '128')
+    .option('--emit-js', 'also print the generated JavaScript of the expression as a block rule (for debugging a verdict)')
     .action((expression: string | undefined, flags: CheckFlags) => {
       let source: string;
       let label: string;
@@ -43,11 +47,10 @@ export function registerCheck(program: Command, out: Output): void {
         source = expression;
       }
       const lists = flags.list === undefined ? undefined : new Set(flags.list.map((l) => l.replace(/^\$/, '')));
-      const report = checkExpression(source, {
-        scheme: TRANSIT_SCHEME,
-        lists: lists === undefined ? undefined : { has: (n) => lists.has(n), get: () => undefined },
-        limits: { maxLength: positive(flags.maxLength, '--max-length'), maxDepth: positive(flags.maxDepth, '--max-depth') },
-      });
+      const provider: ListProvider | undefined = lists === undefined ? undefined : { has: (n) => lists.has(n), get: () => undefined };
+      const limits = { maxLength: positive(flags.maxLength, '--max-length'), maxDepth: positive(flags.maxDepth, '--max-depth') };
+      const report = checkExpression(source, { scheme: TRANSIT_SCHEME, lists: provider, limits });
+      const generated = report.ok && flags.emitJs === true ? generatedSources(source, provider, limits) : undefined;
       if (flags.json === true) {
         out.stdout(
           JSON.stringify(
@@ -61,6 +64,7 @@ export function registerCheck(program: Command, out: Output): void {
                 ...(e.span === undefined ? {} : { span: e.span, ...lineColumn(source, e.span.start) }),
                 ...(e.hint === undefined ? {} : { hint: e.hint }),
               })),
+              ...(generated === undefined ? {} : { generated }),
             },
             null,
             2,
@@ -70,12 +74,20 @@ export function registerCheck(program: Command, out: Output): void {
         out.stdout('OK');
         out.stdout(`fields: ${report.fields.join(' ') || '(none)'}`);
         out.stdout(`lists: ${report.lists.map((l) => '$' + l).join(' ') || '(none)'}`);
+        for (const g of generated ?? []) out.stdout(`\n${g.source}`);
       } else {
         const prefix = flags.file === undefined ? '' : `${label}:`;
         for (const e of report.errors) out.stderr(renderError(source, e, prefix));
       }
       out.exitCode = report.ok ? 0 : 1;
     });
+}
+
+// The generated functions of a bundle of one block rule, `expression`:
+// each ends with its `//# sourceURL=moat-bundle/<name>.js` line.
+function generatedSources(expression: string, lists: ListProvider | undefined, limits: { maxLength: number; maxDepth: number }): readonly GeneratedSource[] {
+  const account = toRuleset({ name: 'check', phase: 'network_transit', rules: [{ action: 'block', expression }] });
+  return compileBundle({ account, lists, limits }).sources;
 }
 
 function positive(v: string | undefined, flag: string): number {

@@ -1,4 +1,4 @@
-// Packet programs (engine/fused.ts): a bundle fused with the decoder's fast
+// Packet programs (engine/packet-program.ts): a bundle fused with the decoder's fast
 // path judges each frame it takes exactly as decoding into a context and
 // running the bundle's function do (verdict, blocking rule, per-rule hits,
 // logged rules, every path counter), on random bundles over random
@@ -8,7 +8,7 @@
 
 import { describe, expect, it } from 'vitest';
 import { compileBundle, PacketPath, tableLists, toRuleset, type Evaluator } from '../../src/engine/index.js';
-import { FALLBACK, type FusedHost } from '../../src/engine/fused.js';
+import { FALLBACK, type ProgramHost } from '../../src/engine/packet-program.js';
 import { fastFrame } from '../../src/packet/fast.js';
 import { LINKTYPE, TRANSIT_SCHEME } from '../../src/packet/index.js';
 import { generateCases, generatePackets, Rng } from '../support/diff-generator.js';
@@ -119,7 +119,7 @@ describe('packet programs', () => {
     const program = ev.program!;
     expect(program).not.toBeNull();
     const ctx = TRANSIT_SCHEME.newContext();
-    const host: FusedHost = { beginAt: () => undefined };
+    const host: ProgramHost = { beginAt: () => undefined };
     let refused = 0;
     for (const f of frames) {
       const before = Array.from(ev.hitPackets);
