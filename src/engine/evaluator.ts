@@ -162,8 +162,8 @@ export class Evaluator {
    * path for a verdict of the packet program.
    */
   countBlock(r: number, len: number): void {
-    this.hitPackets[r]++;
-    this.hitBytes[r] += len;
+    this.hitPackets[r]!++;
+    this.hitBytes[r]! += len;
   }
 
   /** A copy of every counter (for restoreCounters: see PacketPath.warmUp). */

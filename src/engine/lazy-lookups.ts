@@ -167,7 +167,7 @@ export class LazyLookups implements LazyResolver, ProgramHost {
     const s = v4 ? this.listScreen4 : this.listScreen6;
     if (s !== null && screenHas(s, w)) return 1;
     this.ctx.ints[listsSlot] = 0;
-    this.v[C_SCREENED]++;
+    this.v[C_SCREENED]!++;
     return 0;
   }
 
@@ -190,7 +190,7 @@ export class LazyLookups implements LazyResolver, ProgramHost {
         // No literal the rules compare with: absent values answer every test as the address's would.
         this.absentGeo(src);
         p[group] = 0;
-        this.v[C_SCREENED]++;
+        this.v[C_SCREENED]!++;
         return;
       }
     }
@@ -215,7 +215,7 @@ export class LazyLookups implements LazyResolver, ProgramHost {
     if (fam === 4) return this.screenedAt(true, ctx.ip4[ipSlot]!, listsSlot);
     if (fam === 6) return this.screenedAt(false, ctx.ip6[ipSlot * 4]!, listsSlot);
     ctx.ints[listsSlot] = NaN;
-    this.v[C_SCREENED]++;
+    this.v[C_SCREENED]!++;
     return 0;
   }
 
@@ -241,10 +241,10 @@ export class LazyLookups implements LazyResolver, ProgramHost {
     const ctx = this.ctx;
     const fam = ctx.ipFamily[ipSlot];
     if (fam === 4) {
-      this.v[C_LOOKUPS]++;
+      this.v[C_LOOKUPS]!++;
       this.fill(t.rec4, t.lookup4(ctx.ip4[ipSlot]!) * 4, countrySlot, asnSlot, listsSlot);
     } else if (fam === 6) {
-      this.v[C_LOOKUPS]++;
+      this.v[C_LOOKUPS]!++;
       const o = ipSlot * 4;
       const a = ctx.ip6;
       const r = t.lookup6(a[o]!, a[o + 1]!, a[o + 2]!, a[o + 3]!) * 4;

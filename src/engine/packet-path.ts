@@ -160,8 +160,8 @@ export class PacketPath {
       // context and leaves `info` as it is.
       const r = program(buf, off, caplen, origLen, ctx, this.lookups);
       if (r !== FALLBACK) {
-        c[C_PACKETS]++;
-        c[C_BYTES] += origLen;
+        c[C_PACKETS]!++;
+        c[C_BYTES]! += origLen;
         this.lastRule = r;
         if (r === VERDICT_PASS) return this.pass(origLen);
         // The program leaves a block's hit to its caller (see Evaluator.countBlock).
@@ -177,22 +177,22 @@ export class PacketPath {
     // Clear only what the previous packet set (the context starts all absent).
     clearDecoded(ctx, info);
     info.reset();
-    c[C_PACKETS]++;
-    c[C_BYTES] += origLen;
+    c[C_PACKETS]!++;
+    c[C_BYTES]! += origLen;
     decode(buf, off, caplen, linkType, ctx, info, this.evaluator.plan);
     this.lastRule = VERDICT_PASS;
     const st = info.status;
     if ((st & ST_IP) === 0 || ctx.ipFamily[IP_SRC] === 0) {
       if ((st & ST_IP) === 0 && info.etherType !== 0) {
-        c[C_NOT_IP]++;
+        c[C_NOT_IP]!++;
         return this.pass(origLen);
       }
-      c[C_UNDECODABLE]++;
-      c[C_UNDECODABLE_BYTES] += origLen;
+      c[C_UNDECODABLE]!++;
+      c[C_UNDECODABLE_BYTES]! += origLen;
       return this.dropUndecodable ? this.drop(origLen) : this.pass(origLen);
     }
-    if ((st & (ST_TRUNCATED | ST_MALFORMED)) !== 0) c[C_DAMAGED]++;
-    if ((st & ST_FRAGMENT) !== 0) c[C_FRAGMENTS]++;
+    if ((st & (ST_TRUNCATED | ST_MALFORMED)) !== 0) c[C_DAMAGED]!++;
+    if ((st & ST_FRAGMENT) !== 0) c[C_FRAGMENTS]!++;
     this.lookups.begin();
     const r = this.evaluator.evaluate(ctx, origLen);
     if (r === VERDICT_PASS) return this.pass(origLen);
@@ -202,15 +202,15 @@ export class PacketPath {
 
   private pass(len: number): boolean {
     const c = this.counters.v;
-    c[C_PASSED]++;
-    c[C_PASSED_BYTES] += len;
+    c[C_PASSED]!++;
+    c[C_PASSED_BYTES]! += len;
     return false;
   }
 
   private drop(len: number): boolean {
     const c = this.counters.v;
-    c[C_DROPPED]++;
-    c[C_DROPPED_BYTES] += len;
+    c[C_DROPPED]!++;
+    c[C_DROPPED_BYTES]! += len;
     return true;
   }
 }

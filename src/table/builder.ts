@@ -286,8 +286,8 @@ function buildFamily(words: 1 | 4, input: AddressTableInput, lists: readonly IpR
     else {
       const li = src - SRC_LIST;
       if (end) {
-        if (--counters[li] === 0) st[2] = st[2]! & ~(1 << li);
-      } else if (counters[li]++ === 0) st[2] = st[2]! | (1 << li);
+        if (--counters[li]! === 0) st[2] = st[2]! & ~(1 << li);
+      } else if (counters[li]!++ === 0) st[2] = st[2]! | (1 << li);
     }
   };
   // Segment 0 at address 0, empty.

@@ -174,7 +174,7 @@ describe('routing', () => {
     const res = await fetch(api.base.replace('/client/v4', '/v3/whatever'), { headers: { 'X-Auth-Email': api.email, 'X-Auth-Key': api.key } });
     expect(res.status).toBe(404);
     const json = (await res.json()) as { errors: { code: number }[] };
-    expect(json.errors[0].code).toBe(7000);
+    expect(json.errors[0]!.code).toBe(7000);
   });
 
   it('ignores the extra headers the SDK sends', async () => {
