@@ -152,7 +152,7 @@ function keys6(rng: Rng, list: IpRangeList, n: number): Uint32Array {
   return k;
 }
 
-// ---- Reference: binary trie in typed arrays (performance.md 3b) --------------------------
+// ---- Reference: binary trie in typed arrays ------------------------------------------
 
 /** A binary trie over IPv4 prefixes: two Int32 child arrays and a terminal flag. */
 class TypedTrie4 {
