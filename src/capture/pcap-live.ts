@@ -58,7 +58,7 @@
 import { createRequire } from 'node:module';
 import { readdirSync, readFileSync, readlinkSync } from 'node:fs';
 import { MoatError } from '../errors/index.js';
-import { LINKTYPE } from '../packet/constants.js';
+import { LINKTYPE } from '../packet/index.js';
 
 /** Default size of the kernel ring of a capture: 128 MiB. */
 export const LIVE_CAPTURE_DEFAULT_RING_BYTES = 128 * 1024 * 1024;

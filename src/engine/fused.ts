@@ -22,7 +22,7 @@
 
 import type { ExecutionContext } from '../expr/index.js';
 import { FIELD_SLOTS as S } from '../packet/index.js';
-import { fastFrame } from '../packet/fast.js';
+import { fastFrame } from '../packet/index.js';
 
 /** What a packet program returns for a frame it does not take. */
 export const FALLBACK = -2;

@@ -10,7 +10,7 @@ import {
   clearDecoded, decode, FIELD_SLOTS as F, PacketInfo, TRANSIT_SCHEME,
 } from '../packet/index.js';
 import * as PACKET from '../packet/index.js';
-import { checkCopies } from '../packet/literal.js';
+import { checkCopies } from '../packet/index.js';
 import { VERDICT_PASS, type Evaluator } from './bundle.js';
 import { FALLBACK, type FusedHost, type PacketProgram } from './fused.js';
 

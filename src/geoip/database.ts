@@ -14,8 +14,7 @@
 
 import { Reader } from 'maxmind';
 import { MoatError, readFileCoded, readFileCodedAsync } from '../errors/index.js';
-import type { CountryRanges, GeoRangeTable } from '../net/geo-ranges.js';
-import { formatIpv4, formatIpv6 } from '../net/ip.js';
+import { formatIpv4, formatIpv6, type CountryRanges, type GeoRangeTable } from '../net/index.js';
 import { TreeError, walkTree, type RawRanges } from './tree-walk.js';
 
 /** What a database gives: a country per address, or an AS number. */

@@ -2,7 +2,7 @@
 // what the maxmind Reader answers (tests check it); the packet path uses the
 // merged AddressTable instead, which answers every source with one lookup.
 
-import { embeddedIpv4, GEO_NONE, type GeoRangeTable } from '../net/geo-ranges.js';
+import { embeddedIpv4, GEO_NONE, type GeoRangeTable } from '../net/index.js';
 
 /** The value for an IPv4 address (uint32), or GEO_NONE. */
 export function geoValue4(t: GeoRangeTable, addr: number): number {

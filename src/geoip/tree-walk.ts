@@ -9,7 +9,7 @@
 // ::ffff:0:0/96, 6to4 2002::/16, Teredo, whatever the writer aliased), and
 // reports those prefixes as aliases instead of expanding the IPv4 data again.
 
-import type { Ipv4Alias } from '../net/geo-ranges.js';
+import type { Ipv4Alias } from '../net/index.js';
 
 /** Tree shape, from the metadata. */
 export interface TreeShape {

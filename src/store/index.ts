@@ -3,5 +3,5 @@
 export { Database, DB_FILE, type Db, type OpenOptions } from './database.js';
 export { Users, isWellFormedEmail, isWellFormedKey, type Principal, type UserInfo } from './users.js';
 export { newId, isId, nowStamp } from './ids.js';
-export { ListStore } from './lists.js';
+export { ListStore, canonicalItemIp, managedListName, rangeListTexts, type ItemInput } from './lists.js';
 export { RulesetStore, type StoredRule, type RulesetRow, type VersionRow, type Visibility, type Refs } from './rulesets.js';

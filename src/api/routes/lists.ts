@@ -5,7 +5,7 @@
 
 import type { FastifyInstance, FastifyRequest } from 'fastify';
 import type { MoatError } from '../../errors/index.js';
-import { canonicalItemIp, ListStore, managedListName, type ItemInput } from '../../store/lists.js';
+import { canonicalItemIp, ListStore, managedListName, type ItemInput } from '../../store/index.js';
 import { ApiErrors, apiError, invalidField } from '../api-error.js';
 import { requireId, scopeOf } from '../auth.js';
 import { ok } from '../envelope.js';

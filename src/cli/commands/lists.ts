@@ -7,7 +7,7 @@ import type { Command } from 'commander';
 import { MANAGED_LISTS } from '../../expr/index.js';
 import { parseListText } from '../../net/index.js';
 import { Database } from '../../store/index.js';
-import { ListStore, managedListName, rangeListTexts } from '../../store/lists.js';
+import { ListStore, managedListName, rangeListTexts } from '../../store/index.js';
 import { CliError, type Output } from '../output.js';
 import { DEFAULT_DATA_DIR } from './serve.js';
 
