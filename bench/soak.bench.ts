@@ -1,6 +1,6 @@
 // Soak: the Moat daemon inline between two namespaces (the topology and ruleset of
-// inline.bench.ts: 20 rules, GeoIP country and ASN lookups, two lists), driven for a
-// long time (default 600 s) by
+// inline.bench.ts, from namespace-harness.ts: 20 rules, GeoIP country and ASN
+// lookups, two lists), driven for a long time (default 600 s) by
 //   * iperf3 UDP, 64-byte payloads, over two sender processes, at the highest rate the
 //     generator reaches without stalling and the bridge forwards without loss, found by
 //     a short calibration ladder run with the TCP stream below going (or set by hand),
@@ -23,23 +23,20 @@
 // MOAT_SOAK_MARGIN (share of the calibrated rate driven, default 0.9).
 // Alone: `node dist/bench/soak.bench.js [seconds]`.
 
-import { mkdtempSync, rmSync } from 'node:fs';
-import { tmpdir } from 'node:os';
-import { join, resolve } from 'node:path';
+import { resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { gatewayTopology, spawnIn, type GatewayTopology, type NsProcess } from '../test/support/netns.js';
+import { spawnIn, type GatewayTopology, type NsProcess } from '../test/support/netns.js';
 import {
   BENCH_RULES,
   cpuSeconds,
   describeOffloads,
-  ensureBuilt,
+  endNamespaceBench,
   f0,
   f1,
   f2,
   loadText,
   METRICS_LISTEN,
   metricSum,
-  namespaceBenchProblem,
   parseIperf,
   pidAlive,
   dropReport,
@@ -48,13 +45,14 @@ import {
   sleep,
   startDaemon,
   startIperfServer,
+  startNamespaceBench,
   udpArrivals,
   udpRun,
   waitForPath,
   writeDaemonConfig,
   type Metrics,
   type RunningDaemon,
-} from './inline.bench.js';
+} from './namespace-harness.js';
 
 const TCP_PORT = 5210;
 const CALIBRATION_TCP_PORT = 5211;
@@ -314,16 +312,9 @@ export async function runSoak(seconds = 600): Promise<void> {
   const traceGc = (process.env.MOAT_SOAK_TRACE_GC ?? '1') !== '0';
   const margin = Number(process.env.MOAT_SOAK_MARGIN ?? 0.9);
   const udpPorts = Array.from({ length: streams }, (_, i) => 5201 + i);
-  console.log(`\n## Soak: Moat daemon inline in namespaces for ${seconds} s under iperf3 UDP (64-byte) + TCP load`);
-  const problem = namespaceBenchProblem();
-  if (problem !== null) {
-    console.log(`skipped: ${problem}`);
-    return;
-  }
-  ensureBuilt();
-  console.log(`load average at start: ${loadText()}`);
-  const dir = mkdtempSync(join(tmpdir(), 'moat-bench-soak-'));
-  const topo = await gatewayTopology({ staticNeighbors: true });
+  const bench = await startNamespaceBench(`\n## Soak: Moat daemon inline in namespaces for ${seconds} s under iperf3 UDP (64-byte) + TCP load`, 'moat-bench-soak-');
+  if (bench === undefined) return;
+  const { dir, topo } = bench;
   const samples: Sample[] = [];
   const clients: NsProcess[] = [];
   let daemon: RunningDaemon | undefined;
@@ -463,8 +454,7 @@ export async function runSoak(seconds = 600): Promise<void> {
     }
     drops = dropReport(dir, daemon.proc.lines);
   } finally {
-    await topo.destroy();
-    rmSync(dir, { recursive: true, force: true });
+    await endNamespaceBench(bench);
   }
 
   // ---- the verdict ----

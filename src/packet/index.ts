@@ -8,7 +8,7 @@ export { PacketInfo, ST_IP, ST_TRUNCATED, ST_MALFORMED, ST_FRAGMENT, ST_UNSUPPOR
 export { planFor, FULL_PLAN, type DecodePlan } from './plan.js';
 export { LINKTYPE, PROTO_NAMES } from './constants.js';
 export { isSip } from './sip.js';
+export { fastFrame } from './fast.js';
+export { checkCopies } from './literal.js';
 export * as FIELD_SLOTS from './slots.js';
 export * as LAYOUT from './layout.js';
-export { checkCopies } from './literal.js';
-export { fastFrame } from './fast.js';

@@ -30,7 +30,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { openPcapFile } from '../../src/capture/index.js';
 import { FULL_PLAN, LINKTYPE, PacketInfo, TRANSIT_SCHEME, decode } from '../../src/packet/index.js';
 import { moat } from '../support/cli.js';
-import { BOOL_FIELDS, INT_FIELDS, IP_FIELDS, Rng, ipFromText, ipToText, type FieldValues } from '../support/diff-generator.js';
+import { BOOL_FIELDS, INT_FIELDS, IP_FIELDS, Rng, exprSize, ipFromText, ipToText, shrinkCandidates, type FieldValues } from '../support/diff-generator.js';
 import { geoipFixtureDir } from '../support/make-mmdb.js';
 import { readContext } from '../support/read-context.js';
 import {
@@ -41,8 +41,6 @@ import {
   evaluateRule,
   generateFrames,
   listFileText,
-  ruleShrinkCandidates,
-  ruleSize,
   ruleToWireshark,
   usesGeo,
   usesGeoIp,
@@ -501,7 +499,7 @@ async function shrink(s: State, c: Case, i: number): Promise<string> {
   let progress = true;
   while (progress && budget > 0) {
     progress = false;
-    for (const candidate of ruleShrinkCandidates(current)) {
+    for (const candidate of shrinkCandidates(current)) {
       if (budget <= 0) break;
       const r = await run(candidate);
       if (r === undefined) continue;
@@ -532,7 +530,7 @@ async function shrink(s: State, c: Case, i: number): Promise<string> {
     return `      frame ${n}: moat=${moatSet.has(n) ? 'drop' : 'pass'} tshark=${moatSet.has(n) ? 'no match' : 'match'} model=${evaluateRule(current, f)}  ${f.note}; ${showGeo(f.geo)}\n        bytes: ${hex(f.frame)}`;
   });
   return [
-    `  shrunk (size ${ruleSize(c.expr)} -> ${ruleSize(current)}):`,
+    `  shrunk (size ${exprSize(c.expr)} -> ${exprSize(current)}):`,
     `    cloudflare: ${JSON.stringify(currentCf)}`,
     `    wireshark:  ${ruleToWireshark(current)}`,
     ...lines,

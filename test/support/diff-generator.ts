@@ -4,6 +4,8 @@
 // Wireshark can express, two printers (Cloudflare syntax and the equivalent
 // Wireshark 4.0 display filter), a reference model of the semantics in
 // the README (The rules language), and shrinking candidates for minimising a failure.
+// The tree logic (evaluation, printing, translation, shrinking) is generic over
+// the leaves, and replay-diff.ts reuses it with its GeoIP and list leaves.
 //
 // The Wireshark printer follows the translation table of
 // shared/reference/expression-language.md §3.2. Every leaf is translated to a
@@ -227,53 +229,64 @@ export interface GeneratedPacket {
   fields: FieldValues;
 }
 
-interface Pool {
+/** An IP network: its first address and prefix length. */
+export interface Net {
   family: 4 | 6;
   base: bigint;
   prefix: number;
 }
 
-function pool(cidr: string): Pool {
+/** The network of a CIDR text (host bits cleared). */
+export function net(cidr: string): Net {
   const [addr, len] = cidr.split('/');
   const ip = ipFromText(addr!);
-  return { family: ip.family, base: ip.value, prefix: Number(len) };
+  const prefix = Number(len);
+  const host = BigInt(ipBits(ip.family) - prefix);
+  return { family: ip.family, base: (ip.value >> host) << host, prefix };
+}
+
+export function netContains(n: Net, v: IpValue): boolean {
+  if (n.family !== v.family) return false;
+  const host = BigInt(ipBits(n.family) - n.prefix);
+  return v.value >> host === n.base >> host;
+}
+
+/** A random address of the network. */
+export function inNet(rng: Rng, n: Net): IpValue {
+  const host = BigInt(ipBits(n.family) - n.prefix);
+  return { family: n.family, value: n.base + rng.bigBelow(1n << host) };
 }
 
 /** Address pools packets draw from; weights favour small pools so addresses repeat. */
-export const V4_POOLS: ReadonlyArray<readonly [Pool, number]> = [
-  [pool('10.0.0.0/28'), 4],
-  [pool('10.1.0.0/16'), 3],
-  [pool('192.168.1.0/24'), 3],
-  [pool('172.16.0.0/12'), 2],
-  [pool('203.0.113.0/24'), 2],
-  [pool('198.51.100.0/30'), 1],
-  [pool('8.8.8.0/29'), 1],
-  [pool('1.1.1.1/32'), 1],
-  [pool('127.0.0.0/8'), 0.5],
-  [pool('224.0.0.0/24'), 0.5],
-  [pool('0.0.0.0/32'), 0.2],
-  [pool('255.255.255.255/32'), 0.2],
+export const V4_POOLS: ReadonlyArray<readonly [Net, number]> = [
+  [net('10.0.0.0/28'), 4],
+  [net('10.1.0.0/16'), 3],
+  [net('192.168.1.0/24'), 3],
+  [net('172.16.0.0/12'), 2],
+  [net('203.0.113.0/24'), 2],
+  [net('198.51.100.0/30'), 1],
+  [net('8.8.8.0/29'), 1],
+  [net('1.1.1.1/32'), 1],
+  [net('127.0.0.0/8'), 0.5],
+  [net('224.0.0.0/24'), 0.5],
+  [net('0.0.0.0/32'), 0.2],
+  [net('255.255.255.255/32'), 0.2],
 ];
-export const V6_POOLS: ReadonlyArray<readonly [Pool, number]> = [
-  [pool('2001:db8::/124'), 4],
-  [pool('2001:db8:1::/48'), 3],
-  [pool('fd00::/8'), 2],
-  [pool('fe80::/64'), 2],
-  [pool('2a00:1450::/32'), 1],
-  [pool('2606:4700::/32'), 1],
-  [pool('ff02::/112'), 0.5],
-  [pool('::1/128'), 0.3],
-  [pool('::/128'), 0.2],
-  [pool('ffff:ffff:ffff:ffff:ffff:ffff:ffff:ffff/128'), 0.2],
+export const V6_POOLS: ReadonlyArray<readonly [Net, number]> = [
+  [net('2001:db8::/124'), 4],
+  [net('2001:db8:1::/48'), 3],
+  [net('fd00::/8'), 2],
+  [net('fe80::/64'), 2],
+  [net('2a00:1450::/32'), 1],
+  [net('2606:4700::/32'), 1],
+  [net('ff02::/112'), 0.5],
+  [net('::1/128'), 0.3],
+  [net('::/128'), 0.2],
+  [net('ffff:ffff:ffff:ffff:ffff:ffff:ffff:ffff/128'), 0.2],
 ];
-
-function addressIn(rng: Rng, p: Pool): IpValue {
-  const hostBits = BigInt(ipBits(p.family) - p.prefix);
-  return { family: p.family, value: p.base + rng.bigBelow(1n << hostBits) };
-}
 
 function randomAddress(rng: Rng, family: 4 | 6): IpValue {
-  return addressIn(rng, rng.weighted(family === 4 ? V4_POOLS : V6_POOLS));
+  return inNet(rng, rng.weighted(family === 4 ? V4_POOLS : V6_POOLS));
 }
 
 /** Ports at boundaries, plus random ones. */
@@ -468,7 +481,8 @@ export type IpItem =
 /** How a string literal is spelled in Cloudflare syntax. */
 export type StringSpelling = 'quoted' | 'raw' | 'raw0' | 'hexbytes' | 'xescape' | 'octescape';
 
-export type Expr =
+/** A leaf of the language subset: one comparison, set membership or flag. */
+export type Leaf =
   | { kind: 'int'; field: CfIntField; op: CmpOp; value: number }
   | { kind: 'intIn'; field: CfIntField; items: IntItem[] }
   | { kind: 'band'; field: CfIntField; mask: number }
@@ -476,9 +490,49 @@ export type Expr =
   | { kind: 'ipIn'; field: CfIpField; items: IpItem[] }
   | { kind: 'bool'; field: CfBoolField }
   | { kind: 'proto'; op: CmpOp; value: string }
-  | { kind: 'protoIn'; items: string[] }
-  | { kind: 'not'; arg: Expr }
-  | { kind: 'and' | 'or' | 'xor'; args: Expr[] };
+  | { kind: 'protoIn'; items: string[] };
+
+/** `not` in an expression tree with leaves L. */
+export interface Not<L> {
+  kind: 'not';
+  arg: Logic<L>;
+}
+
+/** `and`, `or` or `xor` in an expression tree with leaves L. */
+export interface Nary<L> {
+  kind: 'and' | 'or' | 'xor';
+  args: Logic<L>[];
+}
+
+/**
+ * An expression tree with leaves L. Both differential tests generate them (this
+ * file with the language's leaves, replay-diff.ts adding GeoIP and list
+ * leaves), so the logic is evaluated, printed, translated and shrunk here once.
+ */
+export type Logic<L> = L | Not<L> | Nary<L>;
+
+/** What a leaf has in common: its kind, and the set items a shrink may drop. */
+export interface LeafShape {
+  kind: string;
+  items?: readonly unknown[];
+}
+
+export type Expr = Logic<Leaf>;
+
+export function isNot<L extends LeafShape>(e: Logic<L>): e is Not<L> {
+  return e.kind === 'not';
+}
+
+export function isNary<L extends LeafShape>(e: Logic<L>): e is Nary<L> {
+  return e.kind === 'and' || e.kind === 'or' || e.kind === 'xor';
+}
+
+/** True when some leaf of the tree satisfies `pred`. */
+export function someLeaf<L extends LeafShape>(e: Logic<L>, pred: (leaf: L) => boolean): boolean {
+  if (isNot(e)) return someLeaf(e.arg, pred);
+  if (isNary(e)) return e.args.some((a) => someLeaf(a, pred));
+  return pred(e);
+}
 
 /** Literal values worth drawing, per field: values present in the packets plus boundaries. */
 export interface ValuePools {
@@ -550,7 +604,7 @@ export class ExprGenerator {
     return { kind, args };
   }
 
-  leaf(): Expr {
+  leaf(): Leaf {
     const r = this.rng;
     const kind = r.weighted([
       ['int', 30],
@@ -707,8 +761,26 @@ function ipItemContains(item: IpItem, v: IpValue): boolean {
   }
 }
 
+/** Evaluates the logic of a tree with the contract's semantics; `leaf(l, arg)` evaluates its leaves. */
+export function evaluateLogic<L extends LeafShape, A>(e: Logic<L>, leaf: (l: L, arg: A) => boolean, arg: A): boolean {
+  if (isNot(e)) return !evaluateLogic(e.arg, leaf, arg);
+  if (!isNary(e)) return leaf(e, arg);
+  switch (e.kind) {
+    case 'and':
+      return e.args.every((a) => evaluateLogic(a, leaf, arg));
+    case 'or':
+      return e.args.some((a) => evaluateLogic(a, leaf, arg));
+    case 'xor':
+      return e.args.reduce((acc, a) => acc !== evaluateLogic(a, leaf, arg), false);
+  }
+}
+
 /** Evaluates an expression on one packet's fields with the contract's semantics. */
 export function evaluate(e: Expr, f: FieldValues): boolean {
+  return evaluateLogic(e, evaluateLeaf, f);
+}
+
+function evaluateLeaf(e: Leaf, f: FieldValues): boolean {
   switch (e.kind) {
     case 'int': {
       const v = f[e.field];
@@ -742,14 +814,6 @@ export function evaluate(e: Expr, f: FieldValues): boolean {
       const v = f['ip.proto'];
       return v !== undefined && e.items.includes(v);
     }
-    case 'not':
-      return !evaluate(e.arg, f);
-    case 'and':
-      return e.args.every((a) => evaluate(a, f));
-    case 'or':
-      return e.args.some((a) => evaluate(a, f));
-    case 'xor':
-      return e.args.reduce((acc, a) => acc !== evaluate(a, f), false);
   }
 }
 
@@ -758,11 +822,11 @@ export function evaluate(e: Expr, f: FieldValues): boolean {
 
 export const PREC = { or: 1, xor: 2, and: 3, not: 4, leaf: 5 } as const;
 
-function precOf(e: Expr): number {
-  return e.kind === 'or' || e.kind === 'xor' || e.kind === 'and' || e.kind === 'not' ? PREC[e.kind] : PREC.leaf;
+function precOf<L extends LeafShape>(e: Logic<L>): number {
+  return isNot(e) || isNary(e) ? PREC[e.kind] : PREC.leaf;
 }
 
-const CF_OP_SPELLINGS: Readonly<Record<CmpOp, readonly [string, string]>> = {
+export const CF_OP_SPELLINGS: Readonly<Record<CmpOp, readonly [string, string]>> = {
   eq: ['==', 'eq'],
   ne: ['!=', 'ne'],
   lt: ['<', 'lt'],
@@ -771,34 +835,52 @@ const CF_OP_SPELLINGS: Readonly<Record<CmpOp, readonly [string, string]>> = {
   ge: ['>=', 'ge'],
 };
 
-/** Prints expressions in Cloudflare syntax with random but valid spellings. */
-export class CfPrinter {
-  constructor(private readonly rng: Rng) {}
+/**
+ * Prints the logic of a tree in Cloudflare syntax with random but valid
+ * spellings, parenthesising a node at random with `parenChance`; subclasses
+ * print the leaves.
+ */
+export abstract class LogicPrinter<L extends LeafShape> {
+  protected constructor(
+    protected readonly rng: Rng,
+    private readonly parenChance: number,
+  ) {}
 
-  print(e: Expr): string {
+  print(e: Logic<L>): string {
     return this.node(e, 0);
   }
 
-  private node(e: Expr, minPrec: number): string {
-    const p = precOf(e);
+  protected abstract leaf(e: L): string;
+
+  private node(e: Logic<L>, minPrec: number): string {
     const text = this.bare(e);
-    return p < minPrec || this.rng.chance(0.05) ? `(${text})` : text;
+    return precOf(e) < minPrec || this.rng.chance(this.parenChance) ? `(${text})` : text;
   }
 
-  private bare(e: Expr): string {
+  private bare(e: Logic<L>): string {
+    const r = this.rng;
+    if (isNary(e)) {
+      const spell = { and: ['and', '&&'], or: ['or', '||'], xor: ['xor', '^^'] }[e.kind];
+      // Children of equal precedence print without parentheses: the chain is flattened, same meaning.
+      return e.args.map((a) => this.node(a, PREC[e.kind])).reduce((acc, s) => `${acc} ${r.pick(spell)} ${s}`);
+    }
+    if (isNot(e)) {
+      const spell = r.pick(['not ', '!', '! ']);
+      return spell + this.node(e.arg, PREC.not);
+    }
+    return this.leaf(e);
+  }
+}
+
+/** Prints expressions in Cloudflare syntax with random but valid spellings. */
+export class CfPrinter extends LogicPrinter<Leaf> {
+  constructor(rng: Rng) {
+    super(rng, 0.05);
+  }
+
+  protected leaf(e: Leaf): string {
     const r = this.rng;
     switch (e.kind) {
-      case 'and':
-      case 'or':
-      case 'xor': {
-        const spell = { and: ['and', '&&'], or: ['or', '||'], xor: ['xor', '^^'] }[e.kind];
-        // Children of equal precedence print without parentheses: the chain is flattened, same meaning.
-        return e.args.map((a) => this.node(a, PREC[e.kind])).reduce((acc, s) => `${acc} ${r.pick(spell)} ${s}`);
-      }
-      case 'not': {
-        const spell = r.pick(['not ', '!', '! ']);
-        return spell + this.node(e.arg, PREC.not);
-      }
       case 'int':
         return `${e.field}${this.op(e.op)}${this.int(e.value)}`;
       case 'intIn':
@@ -960,23 +1042,31 @@ export const WS_BOOL: Readonly<Record<CfBoolField, string>> = {
   'tcp.flags.cwr': 'tcp.flags.cwr',
 };
 
-function wsIntCmp(t: WsIntTarget, op: CmpOp, v: number): Ws {
-  const w = v * t.scale + t.offset;
-  // Out of the field's range: decide statically (Wireshark rejects such literals).
-  if (w < 0) return op === 'eq' || op === 'lt' || op === 'le' ? false : t.field;
-  if (w > t.max) return op === 'eq' || op === 'gt' || op === 'ge' ? false : t.field;
-  return `(${t.field} ${WS_OPS[op]} ${w})`;
+/** `field op w` for a field whose values are 0..max: outside that range, decided statically (Wireshark rejects such literals). */
+export function wsCmp(field: string, op: CmpOp, w: number, max: number): Ws {
+  if (w < 0) return op === 'eq' || op === 'lt' || op === 'le' ? false : field;
+  if (w > max) return op === 'eq' || op === 'gt' || op === 'ge' ? false : field;
+  return `(${field} ${WS_OPS[op]} ${w})`;
 }
 
-/** Merges, clamps and prints integer items as a Wireshark set, or false when none is left. */
-function wsIntSet(field: string, items: readonly IntItem[], max: number): Ws {
-  const clamped = items
+function wsIntCmp(t: WsIntTarget, op: CmpOp, v: number): Ws {
+  return wsCmp(t.field, op, v * t.scale + t.offset, t.max);
+}
+
+/** Integer items as Wireshark set text: clamped to 0..max and sorted; '' when none is left. */
+export function wsIntSetText(items: readonly IntItem[], max: number): string {
+  return items
     .map((it) => ({ lo: Math.max(0, it.lo), hi: Math.min(max, it.hi) }))
     .filter((it) => it.lo <= it.hi)
-    .sort((a, b) => a.lo - b.lo);
-  if (clamped.length === 0) return false;
-  const text = clamped.map((it) => (it.lo === it.hi ? String(it.lo) : `${it.lo}..${it.hi}`)).join(', ');
-  return `(${field} in {${text}})`;
+    .sort((a, b) => a.lo - b.lo)
+    .map((it) => (it.lo === it.hi ? String(it.lo) : `${it.lo}..${it.hi}`))
+    .join(', ');
+}
+
+/** `field in {items}`, clamped to 0..max, or false when no item is left. */
+function wsIntSet(field: string, items: readonly IntItem[], max: number): Ws {
+  const text = wsIntSetText(items, max);
+  return text === '' ? false : `(${field} in {${text}})`;
 }
 
 function wsIntIn(t: WsIntTarget, items: readonly IntItem[]): Ws {
@@ -1033,7 +1123,23 @@ function wsProto(pred: (name: string) => boolean): Ws {
   return wsOr([wsIntSet('ip.proto', items, 255), wsIntSet('ipv6.nxt', items, 255)]);
 }
 
-function translate(e: Expr): Ws {
+/** Translates the logic of a tree into a display filter; `leaf` translates its leaves. */
+export function translateLogic<L extends LeafShape>(e: Logic<L>, leaf: (l: L) => Ws): Ws {
+  if (isNot(e)) return wsNot(translateLogic(e.arg, leaf));
+  if (!isNary(e)) return leaf(e);
+  const parts = e.args.map((a) => translateLogic(a, leaf));
+  switch (e.kind) {
+    case 'and':
+      return wsAnd(parts);
+    case 'or':
+      return wsOr(parts);
+    case 'xor':
+      // Wireshark 4.0 has no xor: a ^^ b  =>  (a and !b) or (!a and b), folded left.
+      return parts.reduce((a, b) => wsOr([wsAnd([a, wsNot(b)]), wsAnd([wsNot(a), b])]));
+  }
+}
+
+function translateLeaf(e: Leaf): Ws {
   switch (e.kind) {
     case 'int':
       return wsOr(WS_INT_TARGETS[e.field].map((t) => wsIntCmp(t, e.op, e.value)));
@@ -1068,21 +1174,12 @@ function translate(e: Expr): Ws {
       const items = e.items;
       return wsProto((name) => items.includes(name));
     }
-    case 'not':
-      return wsNot(translate(e.arg));
-    case 'and':
-      return wsAnd(e.args.map(translate));
-    case 'or':
-      return wsOr(e.args.map(translate));
-    case 'xor':
-      // Wireshark 4.0 has no xor: a ^^ b  =>  (a and !b) or (!a and b), folded left.
-      return e.args.map(translate).reduce((a, b) => wsOr([wsAnd([a, wsNot(b)]), wsAnd([wsNot(a), b])]));
   }
 }
 
 /** The equivalent Wireshark 4.0 display filter, fully parenthesised. */
 export function printWireshark(e: Expr): string {
-  const ws = translate(e);
+  const ws = translateLogic(e, translateLeaf);
   if (ws === true) return 'frame';
   if (ws === false) return '!frame';
   return ws;
@@ -1136,54 +1233,33 @@ export function generateCases(rng: Rng, frames: readonly FieldValues[], wanted: 
 // ---------------------------------------------------------------------------
 // Shrinking
 
-/** Smaller expressions to try when minimising a failing one, smallest changes last. */
-export function shrinkCandidates(e: Expr): Expr[] {
-  const out: Expr[] = [];
-  switch (e.kind) {
-    case 'not':
-      out.push(e.arg);
-      for (const c of shrinkCandidates(e.arg)) out.push({ kind: 'not', arg: c });
-      break;
-    case 'and':
-    case 'or':
-    case 'xor':
-      out.push(...e.args);
-      if (e.args.length > 2) {
-        e.args.forEach((_, i) => out.push({ kind: e.kind, args: e.args.filter((__, j) => j !== i) }));
-      }
-      e.args.forEach((a, i) => {
-        for (const c of shrinkCandidates(a)) out.push({ kind: e.kind, args: e.args.map((x, j) => (j === i ? c : x)) });
-      });
-      break;
-    case 'intIn':
-      if (e.items.length > 1) e.items.forEach((_, i) => out.push({ ...e, items: e.items.filter((__, j) => j !== i) }));
-      break;
-    case 'ipIn':
-      if (e.items.length > 1) e.items.forEach((_, i) => out.push({ ...e, items: e.items.filter((__, j) => j !== i) }));
-      break;
-    case 'protoIn':
-      if (e.items.length > 1) e.items.forEach((_, i) => out.push({ ...e, items: e.items.filter((__, j) => j !== i) }));
-      break;
-    default:
-      break;
+/**
+ * Smaller trees to try when minimising a failing one, smallest changes last:
+ * a child for its parent, one argument fewer, a child shrunk, one set item fewer.
+ */
+export function shrinkCandidates<L extends LeafShape>(e: Logic<L>): Logic<L>[] {
+  const out: Logic<L>[] = [];
+  if (isNot(e)) {
+    out.push(e.arg);
+    for (const c of shrinkCandidates(e.arg)) out.push({ kind: 'not', arg: c });
+  } else if (isNary(e)) {
+    out.push(...e.args);
+    if (e.args.length > 2) {
+      e.args.forEach((_, i) => out.push({ kind: e.kind, args: e.args.filter((__, j) => j !== i) }));
+    }
+    e.args.forEach((a, i) => {
+      for (const c of shrinkCandidates(a)) out.push({ kind: e.kind, args: e.args.map((x, j) => (j === i ? c : x)) });
+    });
+  } else {
+    const items = e.items;
+    if (items !== undefined && items.length > 1) items.forEach((_, i) => out.push({ ...e, items: items.filter((__, j) => j !== i) }));
   }
   return out;
 }
 
-/** Size of an expression, for reporting shrink progress. */
-export function exprSize(e: Expr): number {
-  switch (e.kind) {
-    case 'not':
-      return 1 + exprSize(e.arg);
-    case 'and':
-    case 'or':
-    case 'xor':
-      return 1 + e.args.reduce((s, a) => s + exprSize(a), 0);
-    case 'intIn':
-    case 'ipIn':
-    case 'protoIn':
-      return 1 + e.items.length;
-    default:
-      return 1;
-  }
+/** Size of a tree (a set leaf counts its items), for reporting shrink progress. */
+export function exprSize<L extends LeafShape>(e: Logic<L>): number {
+  if (isNot(e)) return 1 + exprSize(e.arg);
+  if (isNary(e)) return 1 + e.args.reduce((s, a) => s + exprSize(a), 0);
+  return 1 + (e.items?.length ?? 0);
 }

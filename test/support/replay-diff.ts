@@ -41,58 +41,46 @@ import { writeFileSync } from 'node:fs';
 import { writeFile, readFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import {
+  CF_OP_SPELLINGS,
   CfPrinter,
   ExprGenerator,
+  LogicPrinter,
   Rng,
   buildPools,
   evaluate,
+  evaluateLogic,
   fieldsOfSpec,
   generatePackets,
+  inNet,
   ipFromText,
+  net,
+  netContains,
   ipToText,
   cmp,
   printWireshark,
   protoName,
-  PREC,
-  shrinkCandidates,
+  someLeaf,
+  translateLogic,
+  wsCmp,
+  wsIntSetText,
   WS_OPS,
-  wsAnd,
-  wsNot,
   wsOr,
   type CmpOp,
-  type Expr,
   type FieldValues,
   type IntItem,
   type IpValue,
+  type Leaf,
+  type Net,
+  type Logic,
   type Ws,
 } from './diff-generator.js';
 import { fragmentIpv4, fragmentIpv6, withVlanTags, type VlanTag } from './frame-builder-extra.js';
 import { readCsv } from './make-mmdb.js';
 import { buildIpPacket, concatBytes, type FrameSpec, type L4Spec } from './packet-builder.js';
-import type { Tshark } from './tshark.js';
+import { tsharkPreferences, type Tshark } from './tshark.js';
 
 // ---------------------------------------------------------------------------
 // Addresses
-
-interface Net {
-  family: 4 | 6;
-  base: bigint;
-  prefix: number;
-}
-
-function net(cidr: string): Net {
-  const [addr, len] = cidr.split('/');
-  const ip = ipFromText(addr!);
-  const prefix = Number(len);
-  const host = BigInt((ip.family === 4 ? 32 : 128) - prefix);
-  return { family: ip.family, base: (ip.value >> host) << host, prefix };
-}
-
-function netContains(n: Net, v: IpValue): boolean {
-  if (n.family !== v.family) return false;
-  const host = BigInt((n.family === 4 ? 32 : 128) - n.prefix);
-  return v.value >> host === n.base >> host;
-}
 
 /** Where an address of a pool comes from: a network, or an IPv4 pool embedded in IPv6. */
 type PoolEntry = { kind: 'net'; net: Net } | { kind: 'mapped' | 'compat' | '6to4' };
@@ -151,11 +139,6 @@ const POOLS6: ReadonlyArray<readonly [PoolEntry, number]> = [
   [{ kind: 'compat' }, 0.2], // ::a.b.c.d
   [{ kind: '6to4' }, 0.3], // 2002:aabb:ccdd::/48
 ];
-
-function inNet(rng: Rng, n: Net): IpValue {
-  const host = BigInt((n.family === 4 ? 32 : 128) - n.prefix);
-  return { family: n.family, value: n.base + rng.bigBelow(1n << host) };
-}
 
 /** A random address of `family` from the pools. */
 export function poolAddress(rng: Rng, family: 4 | 6): IpValue {
@@ -479,11 +462,11 @@ export type GeoLeaf =
   | { kind: 'asnBand'; field: AsnField; mask: number }
   | { kind: 'list'; field: AddrField; list: string };
 
-type LogicKind = 'not' | 'and' | 'or' | 'xor';
-export type BaseLeaf = Exclude<Expr, { kind: LogicKind }>;
+export type BaseLeaf = Leaf;
+export type RuleLeaf = BaseLeaf | GeoLeaf;
 
 /** A rule expression: the language's leaves, GeoIP/list leaves, and logic. */
-export type RExpr = BaseLeaf | GeoLeaf | { kind: 'not'; arg: RExpr } | { kind: 'and' | 'or' | 'xor'; args: RExpr[] };
+export type RExpr = Logic<RuleLeaf>;
 
 const GEO_KINDS: ReadonlySet<string> = new Set(['country', 'countryIn', 'asn', 'asnIn', 'asnBand', 'list']);
 
@@ -493,16 +476,12 @@ export function isGeoLeaf(e: RExpr): e is GeoLeaf {
 
 /** True when the expression reads a country, an AS number or a list. */
 export function usesGeo(e: RExpr): boolean {
-  if (e.kind === 'not') return usesGeo(e.arg);
-  if (e.kind === 'and' || e.kind === 'or' || e.kind === 'xor') return e.args.some(usesGeo);
-  return isGeoLeaf(e);
+  return someLeaf(e, isGeoLeaf);
 }
 
 /** True when the expression reads a country or an AS number (tshark then needs GeoIP lookups). */
 export function usesGeoIp(e: RExpr): boolean {
-  if (e.kind === 'not') return usesGeoIp(e.arg);
-  if (e.kind === 'and' || e.kind === 'or' || e.kind === 'xor') return e.args.some(usesGeoIp);
-  return isGeoLeaf(e) && e.kind !== 'list';
+  return someLeaf(e, (l) => isGeoLeaf(l) && l.kind !== 'list');
 }
 
 const CMP_WEIGHTS: ReadonlyArray<readonly [CmpOp, number]> = [['eq', 40], ['ne', 25], ['lt', 8], ['le', 8], ['gt', 8], ['ge', 8]];
@@ -623,66 +602,30 @@ function geoEval(e: GeoLeaf, g: GeoFacts): boolean {
   }
 }
 
+function evaluateRuleLeaf(e: RuleLeaf, f: ReplayFrame): boolean {
+  return isGeoLeaf(e) ? geoEval(e, f.geo) : evaluate(e, f.fields);
+}
+
 /** Evaluates a rule expression on a frame with the semantics of README "The rules language". */
 export function evaluateRule(e: RExpr, f: ReplayFrame): boolean {
-  switch (e.kind) {
-    case 'not':
-      return !evaluateRule(e.arg, f);
-    case 'and':
-      return e.args.every((a) => evaluateRule(a, f));
-    case 'or':
-      return e.args.some((a) => evaluateRule(a, f));
-    case 'xor':
-      return e.args.reduce((acc, a) => acc !== evaluateRule(a, f), false);
-    default:
-      return isGeoLeaf(e) ? geoEval(e, f.geo) : evaluate(e, f.fields);
-  }
+  return evaluateLogic(e, evaluateRuleLeaf, f);
 }
 
 // ---------------------------------------------------------------------------
 // Cloudflare printer
 
-const OP_SPELLINGS: Readonly<Record<CmpOp, readonly [string, string]>> = {
-  eq: ['==', 'eq'],
-  ne: ['!=', 'ne'],
-  lt: ['<', 'lt'],
-  le: ['<=', 'le'],
-  gt: ['>', 'gt'],
-  ge: ['>=', 'ge'],
-};
-
-function precOf(e: RExpr): number {
-  return e.kind === 'or' || e.kind === 'xor' || e.kind === 'and' || e.kind === 'not' ? PREC[e.kind] : PREC.leaf;
-}
-
 /** Prints rule expressions in Cloudflare syntax, with random valid spellings. */
-export class RuleCfPrinter {
+export class RuleCfPrinter extends LogicPrinter<RuleLeaf> {
   private readonly base: CfPrinter;
 
-  constructor(private readonly rng: Rng) {
+  constructor(rng: Rng) {
+    super(rng, 0.04);
     this.base = new CfPrinter(rng);
   }
 
-  print(e: RExpr): string {
-    return this.node(e, 0);
-  }
-
-  private node(e: RExpr, minPrec: number): string {
-    const text = this.bare(e);
-    return precOf(e) < minPrec || this.rng.chance(0.04) ? `(${text})` : text;
-  }
-
-  private bare(e: RExpr): string {
+  protected leaf(e: RuleLeaf): string {
     const r = this.rng;
     switch (e.kind) {
-      case 'and':
-      case 'or':
-      case 'xor': {
-        const spell = { and: ['and', '&&'], or: ['or', '||'], xor: ['xor', '^^'] }[e.kind];
-        return e.args.map((a) => this.node(a, PREC[e.kind])).reduce((acc, s) => `${acc} ${r.pick(spell)} ${s}`);
-      }
-      case 'not':
-        return r.pick(['not ', '!', '! ']) + this.node(e.arg, PREC.not);
       case 'country':
         return `${e.field}${this.op(e.op)}${this.base.str(e.value)}`;
       case 'countryIn':
@@ -701,33 +644,24 @@ export class RuleCfPrinter {
   }
 
   private op(op: CmpOp): string {
-    const [sym, word] = OP_SPELLINGS[op];
+    const [sym, word] = CF_OP_SPELLINGS[op];
     return this.rng.chance(0.6) ? ` ${sym} ` : ` ${word} `;
   }
 }
 
 // ---------------------------------------------------------------------------
-// Wireshark translation (its combinators are diff-generator's)
+// Wireshark translation (the logic and its combinators are diff-generator's)
 
 /** IP-level fields the language translation emits; they get the layer operator #1 (outermost header). */
 const LAYERED = /\b(ip|ipv6)\.(src|dst|len|hdr_len|ttl|plen|hlim)\b(?!#)/g;
 /** Moat reads no transport header inside an ICMP error; tshark dissects the quoted one. */
 const TRANSPORT_GUARD = '!icmp and !icmpv6';
 
-/** Integer items as Wireshark set text: sorted, clamped to 0..max, merged; '' when none is left. */
-function intSetText(items: readonly IntItem[], max: number): string {
-  const c = items
-    .map((it) => ({ lo: Math.max(0, it.lo), hi: Math.min(max, it.hi) }))
-    .filter((it) => it.lo <= it.hi)
-    .sort((a, b) => a.lo - b.lo);
-  return c.map((it) => (it.lo === it.hi ? String(it.lo) : `${it.lo}..${it.hi}`)).join(', ');
-}
-
 /** `ip.proto` is the protocol after the IPv6 extension headers; with a fragment header ipv6.nxt is 44. */
 function wsProto(leaf: Extract<BaseLeaf, { kind: 'proto' | 'protoIn' }>): Ws {
   const nums: IntItem[] = [];
   for (let n = 0; n <= 255; n++) if (evaluate(leaf, { 'ip.proto': protoName(n) })) nums.push({ lo: n, hi: n });
-  const set = intSetText(nums, 255);
+  const set = wsIntSetText(nums, 255);
   if (set === '') return false;
   return `((ip.proto#1 in {${set}}) or ((ipv6.nxt#1 in {${set}}) and !ipv6.fraghdr) or (ipv6.fraghdr.nxt#1 in {${set}}))`;
 }
@@ -742,12 +676,6 @@ function wsBaseLeaf(leaf: BaseLeaf): Ws {
 }
 
 const U32 = 0xffffffff;
-
-function wsUintCmp(field: string, op: CmpOp, v: number, max: number): Ws {
-  if (v < 0) return op === 'eq' || op === 'lt' || op === 'le' ? false : field;
-  if (v > max) return op === 'eq' || op === 'gt' || op === 'ge' ? false : field;
-  return `(${field} ${WS_OPS[op]} ${v})`;
-}
 
 function countryFields(f: CountryField): [string, string] {
   const which = f === 'ip.src.country' ? 'src_country_iso' : f === 'ip.dst.country' ? 'dst_country_iso' : 'country_iso';
@@ -769,9 +697,9 @@ function wsGeoLeaf(e: GeoLeaf): Ws {
     case 'asnBand': {
       const which = e.field === 'ip.src.asnum' ? 'src_asnum' : 'dst_asnum';
       const fields = [`ip.geoip.${which}#1`, `ipv6.geoip.${which}#1`];
-      if (e.kind === 'asn') return wsOr(fields.map((f) => wsUintCmp(f, e.op, e.value, U32)));
+      if (e.kind === 'asn') return wsOr(fields.map((f) => wsCmp(f, e.op, e.value, U32)));
       if (e.kind === 'asnIn') {
-        const set = intSetText(e.items, U32);
+        const set = wsIntSetText(e.items, U32);
         return set === '' ? false : wsOr(fields.map((f) => `(${f} in {${set}})`));
       }
       const m = BigInt.asUintN(64, BigInt(e.mask)) & BigInt(U32);
@@ -790,77 +718,14 @@ function wsGeoLeaf(e: GeoLeaf): Ws {
   }
 }
 
-function translate(e: RExpr): Ws {
-  switch (e.kind) {
-    case 'not':
-      return wsNot(translate(e.arg));
-    case 'and':
-      return wsAnd(e.args.map(translate));
-    case 'or':
-      return wsOr(e.args.map(translate));
-    case 'xor':
-      return e.args.map(translate).reduce((a, b) => wsOr([wsAnd([a, wsNot(b)]), wsAnd([wsNot(a), b])]));
-    default:
-      return isGeoLeaf(e) ? wsGeoLeaf(e) : wsBaseLeaf(e);
-  }
+function translateRuleLeaf(e: RuleLeaf): Ws {
+  return isGeoLeaf(e) ? wsGeoLeaf(e) : wsBaseLeaf(e);
 }
 
 /** The equivalent Wireshark 4.0 display filter, on the outermost headers. */
 export function ruleToWireshark(e: RExpr): string {
-  const ws = translate(e);
+  const ws = translateLogic(e, translateRuleLeaf);
   return ws === true ? 'frame' : ws === false ? '!frame' : ws;
-}
-
-// ---------------------------------------------------------------------------
-// Shrinking
-
-/** Smaller expressions to try when minimising a failing rule. */
-export function ruleShrinkCandidates(e: RExpr): RExpr[] {
-  const out: RExpr[] = [];
-  switch (e.kind) {
-    case 'not':
-      out.push(e.arg);
-      for (const c of ruleShrinkCandidates(e.arg)) out.push({ kind: 'not', arg: c });
-      break;
-    case 'and':
-    case 'or':
-    case 'xor':
-      out.push(...e.args);
-      if (e.args.length > 2) e.args.forEach((_, i) => out.push({ kind: e.kind, args: e.args.filter((__, j) => j !== i) }));
-      e.args.forEach((a, i) => {
-        for (const c of ruleShrinkCandidates(a)) out.push({ kind: e.kind, args: e.args.map((x, j) => (j === i ? c : x)) });
-      });
-      break;
-    case 'countryIn':
-      if (e.items.length > 1) e.items.forEach((_, i) => out.push({ ...e, items: e.items.filter((__, j) => j !== i) }));
-      break;
-    case 'asnIn':
-      if (e.items.length > 1) e.items.forEach((_, i) => out.push({ ...e, items: e.items.filter((__, j) => j !== i) }));
-      break;
-    default:
-      if (!isGeoLeaf(e)) out.push(...(shrinkCandidates(e) as RExpr[]));
-      break;
-  }
-  return out;
-}
-
-export function ruleSize(e: RExpr): number {
-  switch (e.kind) {
-    case 'not':
-      return 1 + ruleSize(e.arg);
-    case 'and':
-    case 'or':
-    case 'xor':
-      return 1 + e.args.reduce((s, a) => s + ruleSize(a), 0);
-    case 'countryIn':
-    case 'asnIn':
-    case 'intIn':
-    case 'ipIn':
-    case 'protoIn':
-      return 1 + e.items.length;
-    default:
-      return 1;
-  }
 }
 
 // ---------------------------------------------------------------------------
@@ -880,17 +745,7 @@ export async function writeReplayProfile(tshark: Tshark, mmdbDir: string, geoip:
   const dir = tshark.configDir;
   const disabled = (await readFile(join(dir, 'disabled_protos'), 'utf8')).split('\n').filter((p) => p !== '' && !EXTRA_PROTOCOLS.includes(p));
   await writeFile(join(dir, 'disabled_protos'), disabled.join('\n') + '\n');
-  const prefs = [
-    'tcp.analyze_sequence_numbers: FALSE',
-    'tcp.calculate_timestamps: FALSE',
-    'tcp.desegment_tcp_streams: FALSE',
-    'udp.calculate_timestamps: FALSE',
-    'ip.defragment: FALSE',
-    'ipv6.defragment: FALSE',
-    `ip.use_geoip: ${geoip ? 'TRUE' : 'FALSE'}`,
-    `ipv6.use_geoip: ${geoip ? 'TRUE' : 'FALSE'}`,
-  ];
-  await writeFile(join(dir, 'preferences'), prefs.join('\n') + '\n');
+  await writeFile(join(dir, 'preferences'), tsharkPreferences(geoip));
   if (mmdbDir.includes('"')) throw new Error(`a quote in ${mmdbDir} cannot go in a UAT file`);
   writeFileSync(join(dir, 'maxmind_db_paths'), `"${mmdbDir}"\n`);
 }

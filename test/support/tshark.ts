@@ -16,17 +16,24 @@ import { BOOL_FIELDS, WS_BOOL, ipFromText, protoName, type FieldValues } from '.
 /** Protocols the differential profile keeps enabled (Wireshark 4.0 has no "disable all but"). */
 export const ENABLED_PROTOCOLS: readonly string[] = ['frame', 'eth', 'ethertype', 'ip', 'ipv6', 'tcp', 'udp', 'icmp', 'icmpv6', 'data'];
 
-/** Preferences that make dissection cheaper without changing any field we filter on. */
-const PREFERENCES = [
-  'tcp.analyze_sequence_numbers: FALSE',
-  'tcp.calculate_timestamps: FALSE',
-  'tcp.desegment_tcp_streams: FALSE',
-  'udp.calculate_timestamps: FALSE',
-  'ip.defragment: FALSE',
-  'ipv6.defragment: FALSE',
-  'ip.use_geoip: FALSE',
-  'ipv6.use_geoip: FALSE',
-];
+/**
+ * The `preferences` file of a profile: dissection made cheaper without changing
+ * any field we filter on (no sequence analysis, reassembly or timestamps), and
+ * GeoIP lookups on or off.
+ */
+export function tsharkPreferences(geoip: boolean): string {
+  const prefs = [
+    'tcp.analyze_sequence_numbers: FALSE',
+    'tcp.calculate_timestamps: FALSE',
+    'tcp.desegment_tcp_streams: FALSE',
+    'udp.calculate_timestamps: FALSE',
+    'ip.defragment: FALSE',
+    'ipv6.defragment: FALSE',
+    `ip.use_geoip: ${geoip ? 'TRUE' : 'FALSE'}`,
+    `ipv6.use_geoip: ${geoip ? 'TRUE' : 'FALSE'}`,
+  ];
+  return prefs.join('\n') + '\n';
+}
 
 /** tshark's warning when run as root; harmless. */
 const ROOT_WARNING = /^Running as user "root" and group "root"\. This could be dangerous\.\s*$/;
@@ -84,7 +91,7 @@ export class Tshark {
       .filter((name): name is string => !!name && !keep.has(name) && !name.startsWith('_ws.'));
     if (disabled.length < 100) throw new TsharkError(`tshark -G protocols listed only ${disabled.length} protocols`, undefined, '');
     await writeFile(join(configDir, 'disabled_protos'), disabled.join('\n') + '\n');
-    await writeFile(join(configDir, 'preferences'), PREFERENCES.join('\n') + '\n');
+    await writeFile(join(configDir, 'preferences'), tsharkPreferences(false));
     return t;
   }
 
