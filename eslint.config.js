@@ -1,4 +1,5 @@
-// Lint configuration: typescript-eslint recommended rules, plus the layering
+// Lint configuration: typescript-eslint recommended rules, type-aware rules for
+// promises, and the layering
 // of src/ generated from the table in README.md's Architecture section (the
 // one place that says which folder may import which).
 import { readFileSync } from 'node:fs';
@@ -68,6 +69,16 @@ export default tseslint.config(
     rules: {
       '@typescript-eslint/no-unused-vars': ['error', { argsIgnorePattern: '^_', varsIgnorePattern: '^_' }],
       'no-constant-condition': ['error', { checkLoops: false }],
+    },
+  },
+  // Type-aware rules for promises: the control plane and the daemon are built
+  // on them, and a promise nobody awaits loses its error.
+  {
+    files: ['**/*.ts'],
+    languageOptions: { parserOptions: { projectService: { allowDefaultProject: ['vitest.config.ts'] }, tsconfigRootDir: import.meta.dirname } },
+    rules: {
+      '@typescript-eslint/no-floating-promises': 'error',
+      '@typescript-eslint/no-misused-promises': 'error',
     },
   },
   ...layering,
