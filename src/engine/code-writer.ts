@@ -57,9 +57,8 @@ export interface WrittenBundle {
 
 // The code of one rule: a block returns the rule's index and its caller
 // (Evaluator.evaluate() or the packet path) counts the hit, since a counting
-// site per rule, not yet reached when V8 optimises the function, would
-// deoptimise it at the rule's first block (measured: bench/pipeline.bench.ts,
-// first pass); a log counts and records it and goes on; a skip counts and runs
+// site per rule would be a site without type feedback (see warm-up.ts); a log
+// counts and records it and goes on; a skip counts and runs
 // `skip`. Rule indexes and counter offsets are numbers; `cond` comes from
 // generate() (numbers only too).
 function ruleLine(rule: Rule, i: number, cond: string, skip: string): string {

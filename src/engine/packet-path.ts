@@ -124,13 +124,11 @@ export class PacketPath {
 
   /**
    * Runs the bundle's warm-up frames (Evaluator.warmUpFrames, built from the
-   * rules' literals: see warm-up.ts) through this path `rounds` times, then
-   * puts every counter back as it was: nothing is counted or logged. The
-   * point is V8's type feedback, which the generated code keeps per
-   * function, not per path: once each rule's tests have run, the optimised
-   * code does not deoptimise when real traffic first reaches them. Call once
-   * per bundle, before the first packet (`moat replay` and the daemon do).
-   * Measured: bench/pipeline.bench.ts, "first pass of a new process".
+   * rules' literals; why: see warm-up.ts) through this path `rounds` times,
+   * then puts every counter back as it was: nothing is counted or logged.
+   * The feedback is kept per generated function, not per path, so once per
+   * bundle is enough: call it before the first packet (`moat replay` and the
+   * daemon do).
    */
   warmUp(rounds = WARM_UP_ROUNDS): void {
     const frames = this.evaluator.warmUpFrames;
