@@ -3,9 +3,21 @@
 // into distinct records, and the layouts the lookups read (address-table.ts).
 
 import type { GeoRangeTable, IpRangeList, Ipv4Alias } from '../net/index.js';
-import { INDEX_SIZE, MAX_LISTS, REC_ASN, REC_COUNTRY, REC_HAS_ASN, REC_LISTS, type AddressTableInput, type TableParts } from './layout.js';
+import * as LAYOUT from './layout.js';
+import { MAX_LISTS, type AddressTableInput, type TableParts } from './layout.js';
 import { listScreen } from './screens.js';
 import { sortOrder } from './sort-order.js';
+
+// Local copies of the layout constants the build loops use: V8 folds a
+// module-local literal, not an imported binding (see packet/literal.ts).
+const INDEX_SIZE = 65_537;
+const REC_LISTS = 0;
+const REC_COUNTRY = 1;
+const REC_ASN = 2;
+const REC_HAS_ASN = 3;
+for (const [k, v] of Object.entries({ INDEX_SIZE, REC_LISTS, REC_COUNTRY, REC_ASN, REC_HAS_ASN })) {
+  if ((LAYOUT as Record<string, unknown>)[k] !== v) throw new Error(`table/builder: the copy of ${k} differs from table/layout.ts`);
+}
 
 /**
  * Checks and merges GeoIP and lists into the arrays of one table per family.
