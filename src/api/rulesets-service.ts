@@ -278,24 +278,27 @@ export class RulesetService {
 
   /**
    * Runs a write in a group commit (see Database.writeGrouped), or (dry run)
-   * validates it and rolls its savepoint back.
+   * runs it, keeps what it would have answered and rolls its savepoint back:
+   * a dry run answers with the ruleset that would have been written, as
+   * Cloudflare does, and stores nothing.
    */
-  private async writeTx<T>(dryRun: boolean, fn: () => T): Promise<T | null> {
+  private async writeTx<T>(dryRun: boolean, fn: () => T): Promise<T> {
     if (!dryRun) return this.store.writeGrouped(fn);
     const DRY = Symbol('dry run');
+    let result: T | undefined;
     try {
       await this.store.writeGrouped(() => {
-        fn();
+        result = fn();
         throw DRY;
       });
     } catch (err) {
       if (err !== DRY) throw err;
     }
-    return null;
+    return result as T;
   }
 
   /** POST /rulesets: creates a ruleset with version 1. */
-  async create(scope: Scope, body: unknown, dryRun: boolean): Promise<RulesetView | null> {
+  async create(scope: Scope, body: unknown, dryRun: boolean): Promise<RulesetView> {
     if (!isObject(body)) throw new ApiErrors([invalidField('', 'the body must be a ruleset object')]);
     const errors: MoatError[] = [];
     const name = body['name'];
@@ -370,13 +373,13 @@ export class RulesetService {
   }
 
   /** PUT /rulesets/{id}: a new version with exactly the rules sent. */
-  async update(scope: Scope, id: string, body: unknown, dryRun: boolean): Promise<RulesetView | null> {
+  async update(scope: Scope, id: string, body: unknown, dryRun: boolean): Promise<RulesetView> {
     if (!isObject(body)) throw new ApiErrors([invalidField('', 'the body must be a ruleset object')]);
     return this.writeTx(dryRun, () => this.replaceRules(this.writable(scope, id), scope, body));
   }
 
   /** PUT /rulesets/phases/{phase}/entrypoint: updates the entrypoint, creating it when missing. */
-  async putEntrypoint(scope: Scope, phase: string, body: unknown, dryRun: boolean): Promise<RulesetView | null> {
+  async putEntrypoint(scope: Scope, phase: string, body: unknown, dryRun: boolean): Promise<RulesetView> {
     if (!isObject(body)) throw new ApiErrors([invalidField('', 'the body must be a ruleset object')]);
     const p = canonicalPhase(phase);
     if (p === undefined) throw apiError('RULESET_BAD_PHASE_NAME', `'${phase}' is not a valid phase; phases are ${PHASES.join(', ')}`);
@@ -395,7 +398,7 @@ export class RulesetService {
   }
 
   /** POST /rulesets/{id}/rules: adds one rule at a position (default: last). */
-  async addRule(scope: Scope, id: string, body: unknown, dryRun: boolean): Promise<RulesetView | null> {
+  async addRule(scope: Scope, id: string, body: unknown, dryRun: boolean): Promise<RulesetView> {
     if (!isObject(body)) throw new ApiErrors([invalidField('', 'the body must be a rule object')]);
     return this.writeTx(dryRun, () => {
       const row = this.writable(scope, id);
@@ -419,7 +422,7 @@ export class RulesetService {
   }
 
   /** PATCH /rulesets/{id}/rules/{rule_id}: replaces one rule's definition and/or moves it. */
-  async editRule(scope: Scope, id: string, ruleId: string, body: unknown, dryRun: boolean): Promise<RulesetView | null> {
+  async editRule(scope: Scope, id: string, ruleId: string, body: unknown, dryRun: boolean): Promise<RulesetView> {
     if (!isObject(body)) throw new ApiErrors([invalidField('', 'the body must be a rule object')]);
     return this.writeTx(dryRun, () => {
       const row = this.writable(scope, id);
@@ -450,7 +453,7 @@ export class RulesetService {
   }
 
   /** DELETE /rulesets/{id}/rules/{rule_id}: a new version without that rule. */
-  async deleteRule(scope: Scope, id: string, ruleId: string, dryRun: boolean): Promise<RulesetView | null> {
+  async deleteRule(scope: Scope, id: string, ruleId: string, dryRun: boolean): Promise<RulesetView> {
     return this.writeTx(dryRun, () => {
       const row = this.writable(scope, id);
       const latest = this.rulesets.version(row.id, row.latest_version)!;

@@ -457,22 +457,27 @@ describe('zone level', () => {
 });
 
 describe('dry runs', () => {
-  it('validates every write but persists nothing: 200 with result null, and 204 stays 204', async () => {
+  it('validates every write and answers with the ruleset it would have written, but persists nothing (204 stays 204)', async () => {
     const t = tenant();
     const acct = `/accounts/${t.accountId}`;
-    expect(await written(t.client.rulesets.create({ account_id: t.accountId, dry_run: true, name: 'dry', kind: 'root', phase: PHASE, rules: [] }))).toBeNull();
+    const dryCreate = await written(t.client.rulesets.create({ account_id: t.accountId, dry_run: true, name: 'dry', kind: 'root', phase: PHASE, rules: [{ action: 'block', expression: 'tcp.dstport == 9' }] }));
+    expect(dryCreate).toMatchObject({ name: 'dry', kind: 'root', phase: 'network_transit', version: '1' });
+    expect(dryCreate.rules.map((r) => [r.action, r.expression, r.version])).toEqual([['block', 'tcp.dstport == 9', '1']]);
     expect(await collect(t.client.rulesets.list({ account_id: t.accountId }))).toEqual([]);
-    expect(await written(t.client.rulesets.phases.update(PHASE, { account_id: t.accountId, dry_run: true, rules: [] }))).toBeNull();
+    expect((await rejection(t.client.rulesets.get(dryCreate.id, { account_id: t.accountId }))).status).toBe(404);
+    expect(await written(t.client.rulesets.phases.update(PHASE, { account_id: t.accountId, dry_run: true, rules: [] }))).toMatchObject({ kind: 'root', version: '1', rules: [] });
     expect((await rejection(t.client.rulesets.phases.get(PHASE, { account_id: t.accountId }))).status).toBe(404);
 
     const rs = await written(t.client.rulesets.create({ account_id: t.accountId, name: 'wet', kind: 'custom', phase: PHASE, rules: [{ action: 'block', expression: 'tcp.dstport == 1' }] }));
     await written(t.client.rulesets.update(rs.id, { account_id: t.accountId, rules: rs.rules.map((r) => ({ id: r.id, action: 'block' as const, expression: r.expression! })) }));
     const ruleId = rs.rules[0]!.id;
     const before = await t.client.rulesets.get(rs.id, { account_id: t.accountId });
-    expect(await written(t.client.rulesets.update(rs.id, { account_id: t.accountId, dry_run: true, rules: [] }))).toBeNull();
-    expect(await written(t.client.rulesets.rules.create(rs.id, { account_id: t.accountId, dry_run: true, action: 'log', expression: 'tcp.dstport == 2' }))).toBeNull();
-    expect(await written(t.client.rulesets.rules.edit(ruleId, { ruleset_id: rs.id, account_id: t.accountId, dry_run: true, action: 'log', expression: 'tcp.dstport == 3' }))).toBeNull();
-    expect(await written(t.client.rulesets.rules.delete(ruleId, { ruleset_id: rs.id, account_id: t.accountId, dry_run: true }))).toBeNull();
+    expect(await written(t.client.rulesets.update(rs.id, { account_id: t.accountId, dry_run: true, rules: [] }))).toMatchObject({ id: rs.id, version: '3', rules: [] });
+    const added = await written(t.client.rulesets.rules.create(rs.id, { account_id: t.accountId, dry_run: true, action: 'log', expression: 'tcp.dstport == 2' }));
+    expect([added.id, added.version, added.rules.map((r) => r.expression)]).toEqual([rs.id, '3', ['tcp.dstport == 1', 'tcp.dstport == 2']]);
+    const edited = await written(t.client.rulesets.rules.edit(ruleId, { ruleset_id: rs.id, account_id: t.accountId, dry_run: true, action: 'log', expression: 'tcp.dstport == 3' }));
+    expect(edited.rules.map((r) => [r.id, r.action, r.expression])).toEqual([[ruleId, 'log', 'tcp.dstport == 3']]);
+    expect(await written(t.client.rulesets.rules.delete(ruleId, { ruleset_id: rs.id, account_id: t.accountId, dry_run: true }))).toMatchObject({ id: rs.id, version: '3', rules: [] });
     const delVersion = await t.call('DELETE', `${acct}/rulesets/${rs.id}/versions/1?dry_run=true`);
     expect(delVersion.status).toBe(204);
     const delRuleset = await t.call('DELETE', `${acct}/rulesets/${rs.id}?dry_run=true`);

@@ -31,7 +31,7 @@ export const rulesetRoutes: FastifyPluginAsync<RulesetRoutesOptions> = async (ap
     requireId(req, req.params.rule_id);
     return req.params.rule_id;
   };
-  // A dry run answers 200 with result null (204 stays 204), per Cloudflare's docs.
+  // A dry run answers 200 with the ruleset that would have been written (204 stays 204), as Cloudflare does.
   const written = (reply: FastifyReply, result: unknown) => reply.type('application/json').send(ok(result ?? null));
   const noContent = (reply: FastifyReply) => reply.code(204).send();
 
