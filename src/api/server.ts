@@ -9,6 +9,7 @@ import { MoatError } from '../errors/index.js';
 import { ApiErrors, apiError } from './api-error.js';
 import { fail } from './envelope.js';
 import { listRoutes } from './routes/lists.js';
+import { notImplementedRoutes } from './routes/not-implemented.js';
 import { rulesetRoutes } from './routes/rulesets.js';
 import type { Services } from './services.js';
 
@@ -113,6 +114,7 @@ export async function buildServer(options: ServerOptions): Promise<FastifyInstan
 
   await app.register(rulesetRoutes, { prefix: BASE_PATH, services });
   await app.register(listRoutes, { prefix: BASE_PATH, services });
+  await app.register(notImplementedRoutes, { prefix: BASE_PATH, services });
 
   app.addHook('onListen', async () => {
     services.runners.start();

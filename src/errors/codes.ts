@@ -93,6 +93,7 @@ export const ERRORS = Object.freeze({
   // 7xxx: the HTTP API (routing, requests, authentication, resources)
   API_NO_ROUTE: def(7000, 404, 'no route for that URI'),
   API_METHOD_NOT_ALLOWED: def(7001, 405, 'method not allowed for this route'),
+  API_NOT_IMPLEMENTED: def(7002, 501, 'not implemented yet (the message names the feature)'),
   API_BAD_IDENTIFIER: def(7003, 400, 'could not route: the object identifier is invalid'),
   API_MALFORMED_JSON: def(7010, 400, 'request body is not valid JSON'),
   API_BODY_TOO_LARGE: def(7011, 413, 'request body too large'),
