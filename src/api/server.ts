@@ -10,6 +10,7 @@ import { ApiErrors, apiError } from './api-error.js';
 import { fail } from './envelope.js';
 import { listRoutes } from './routes/lists.js';
 import { notImplementedRoutes } from './routes/not-implemented.js';
+import { healthCheckRoutes } from './routes/health-check.js';
 import { rulesetRoutes } from './routes/rulesets.js';
 import type { Services } from './services.js';
 
@@ -83,8 +84,10 @@ export async function buildServer(options: ServerOptions): Promise<FastifyInstan
   });
 
   // Every request authenticates first, unknown routes included: nothing
-  // answers (not even "no such route") without a valid key.
+  // answers (not even "no such route") without a valid key, except the
+  // health routes (GET /health, /health/live), which are public.
   app.addHook('onRequest', async (req) => {
+    if ((req.routeOptions.config as { public?: boolean } | undefined)?.public === true) return;
     req.principal = services.auth.authenticate(req);
   });
 
@@ -115,6 +118,7 @@ export async function buildServer(options: ServerOptions): Promise<FastifyInstan
   await app.register(rulesetRoutes, { prefix: BASE_PATH, services });
   await app.register(listRoutes, { prefix: BASE_PATH, services });
   await app.register(notImplementedRoutes, { prefix: BASE_PATH, services });
+  await app.register(healthCheckRoutes, { services });
 
   app.addHook('onListen', async () => {
     services.runners.start();

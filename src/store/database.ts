@@ -186,6 +186,30 @@ export class Database {
     return this.db.transaction(fn).deferred();
   }
 
+  /**
+   * Whether the database can take a write now: the connection is open and
+   * read-write, and the write lock is obtainable within `waitMs` (an empty
+   * IMMEDIATE transaction, rolled back). Returns undefined when ready, else
+   * why not. Never waits the full busy timeout: better-sqlite3 blocks the
+   * event loop while it waits.
+   */
+  writable(waitMs = 250): string | undefined {
+    if (!this.db.open) return 'the database is closed';
+    if (this.db.readonly) return 'the database is open read-only';
+    const timeout = this.db.pragma('busy_timeout', { simple: true }) as number;
+    try {
+      this.db.pragma(`busy_timeout = ${Math.max(0, Math.floor(waitMs))}`);
+      this.db.exec('BEGIN IMMEDIATE');
+      this.db.exec('ROLLBACK');
+      return undefined;
+    } catch (err) {
+      const code = (err as { code?: string }).code;
+      return code === 'SQLITE_BUSY' ? 'the database is busy: another writer holds it' : `the database cannot be written: ${(err as Error).message}`;
+    } finally {
+      if (this.db.open) this.db.pragma(`busy_timeout = ${timeout}`);
+    }
+  }
+
   /** Closes the file (checkpointing the WAL). */
   close(): void {
     if (this.db.open) this.db.close();
