@@ -42,7 +42,7 @@ export async function runCli(argv: readonly string[], out: Output): Promise<numb
       return 2;
     }
     if (err instanceof MoatError) {
-      out.stderr(`moat: ${err.message}`);
+      out.stderr(`moat: error ${err.code}: ${err.message}`);
       return 1;
     }
     throw err;

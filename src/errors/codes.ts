@@ -139,6 +139,7 @@ export const ERRORS = Object.freeze({
   STORE_MIGRATION: def(8002, 500, 'database schema migration failed'),
   STORE_BUSY: def(8003, 503, 'the database is busy'),
   STORE_NEWER_SCHEMA: def(8004, 500, 'the database was written by a newer Moat'),
+  STORE_NO_DATABASE: def(8005, 404, 'no database in the data directory (only `moat serve` creates one)'),
 });
 
 /** Symbolic error name. */

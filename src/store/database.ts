@@ -4,7 +4,7 @@
 // CLI writing while `moat serve` runs) the busy timeout and IMMEDIATE
 // transactions serialise them.
 
-import { mkdirSync } from 'node:fs';
+import { existsSync, mkdirSync } from 'node:fs';
 import { join } from 'node:path';
 import BetterSqlite3 from 'better-sqlite3';
 import { MoatError } from '../errors/index.js';
@@ -22,6 +22,12 @@ export interface OpenOptions {
   file?: string;
   /** Milliseconds to wait for another writer (default 5000). */
   busyTimeoutMs?: number;
+  /**
+   * Refuse to create the database (and its directory) when missing: 8005
+   * naming the path. Operator commands open with this; only `moat serve`
+   * creates a database.
+   */
+  mustExist?: boolean;
 }
 
 /**
@@ -57,9 +63,19 @@ export class Database {
     this.file = file;
   }
 
-  /** Opens (creating when missing) the database in `dataDir` and migrates it. */
+  /** Opens (creating when missing, unless `mustExist`) the database in `dataDir` and migrates it. */
   static open(dataDir: string, options: OpenOptions = {}): Database {
     let file = options.file;
+    const mustExist = options.mustExist === true;
+    if (mustExist) {
+      file ??= join(dataDir, DB_FILE);
+      if (!existsSync(file)) {
+        throw new MoatError(
+          'STORE_NO_DATABASE',
+          `no database at ${file}; \`moat serve --data-dir ${dataDir}\` creates it, or point --data-dir (or MOAT_DATA_DIR) at the directory \`moat serve\` uses`,
+        );
+      }
+    }
     if (file === undefined) {
       try {
         mkdirSync(dataDir, { recursive: true, mode: 0o700 });
@@ -70,7 +86,7 @@ export class Database {
     }
     let db: Db;
     try {
-      db = new BetterSqlite3(file, { timeout: options.busyTimeoutMs ?? 5000 });
+      db = new BetterSqlite3(file, { timeout: options.busyTimeoutMs ?? 5000, fileMustExist: mustExist });
       // WAL lets readers run beside the writer; synchronous=FULL makes every
       // committed transaction durable before the API answers, so a kill -9 or a
       // power cut never loses an acknowledged write.

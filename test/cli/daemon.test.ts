@@ -20,7 +20,7 @@ describe('moat daemon --check', () => {
     writeFileSync(f, '{ "mode": "inline", "interfaces": ["a", "b"], "rules": { "account": "x.json" }, "capture": { "ringBytes": 10 } }');
     const r = await moat('daemon', '--config', f, '--check');
     expect(r.code).toBe(1);
-    expect(r.stderr).toMatch(new RegExp(`^moat: ${f}: capture\\.ringBytes: `));
+    expect(r.stderr).toMatch(new RegExp(`^moat: error 5002: ${f}: capture\\.ringBytes: `));
   });
 
   it('names the rule of a ruleset that does not compile', async () => {

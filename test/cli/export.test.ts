@@ -6,11 +6,14 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
 import { buildPcap } from '../../src/capture/index.js';
+import { Database } from '../../src/store/index.js';
 import { moat } from '../support/cli.js';
 import { startApi } from '../support/api.js';
 import { buildFrame, TCP } from '../support/packet-builder.js';
 
 const dir = mkdtempSync(join(tmpdir(), 'moat-export-'));
+// Operator commands never create a database: `moat serve` would have made this one.
+Database.open(join(dir, 'data')).close();
 afterAll(() => rmSync(dir, { recursive: true, force: true }));
 
 describe('moat export', () => {

@@ -7,11 +7,14 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
 import { buildPcap } from '../../src/capture/index.js';
+import { Database } from '../../src/store/index.js';
 import { moat } from '../support/cli.js';
 import { startApi } from '../support/api.js';
 import { buildFrame, TCP } from '../support/packet-builder.js';
 
 const dir = mkdtempSync(join(tmpdir(), 'moat-managed-'));
+// Operator commands never create a database: `moat serve` would have made these.
+for (const d of ['data', 'data2']) Database.open(join(dir, d)).close();
 afterAll(() => rmSync(dir, { recursive: true, force: true }));
 
 const file = (name: string, content: unknown) => {

@@ -25,7 +25,7 @@ export function registerExport(program: Command, out: Output): void {
       for (const id of [flags.account, flags.zone ?? flags.account]) {
         if (!isId(id)) throw new CliError(`"${id}" is not an id: accounts and zones are 32 lowercase hex characters`);
       }
-      const store = Database.open(flags.dataDir);
+      const store = Database.open(flags.dataDir, { mustExist: true });
       let deployment;
       try {
         deployment = readAccountDeployment(store, flags.account, flags.zone);

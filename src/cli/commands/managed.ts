@@ -26,7 +26,7 @@ export function registerManaged(program: Command, out: Output): void {
       } catch (err) {
         throw new CliError(`${flags.file}: ${(err as NodeJS.ErrnoException).code ?? (err as Error).message}`);
       }
-      const store = Database.open(flags.dataDir);
+      const store = Database.open(flags.dataDir, { mustExist: true });
       try {
         const v = new RulesetService(store, DEFAULT_API_LIMITS).importManaged(doc);
         out.stdout(`imported managed ruleset "${v.name}" ${v.id} version ${v.version}: ${v.rules?.length ?? 0} rules`);
@@ -45,7 +45,7 @@ export function registerManaged(program: Command, out: Output): void {
     .option('--data-dir <dir>', 'directory of the database', DEFAULT_DATA_DIR)
     .requiredOption('--id <id>', 'the managed ruleset id (see moat managed list)')
     .action((flags: { dataDir: string; id: string }) => {
-      const store = Database.open(flags.dataDir);
+      const store = Database.open(flags.dataDir, { mustExist: true });
       try {
         new RulesetService(store, DEFAULT_API_LIMITS).deleteManaged(flags.id);
         out.stdout(`deleted managed ruleset ${flags.id}`);
@@ -59,7 +59,7 @@ export function registerManaged(program: Command, out: Output): void {
     .option('--data-dir <dir>', 'directory of the database', DEFAULT_DATA_DIR)
     .requiredOption('--id <id>', 'the managed ruleset id (see moat managed list)')
     .action((flags: { dataDir: string; id: string }) => {
-      const store = Database.open(flags.dataDir);
+      const store = Database.open(flags.dataDir, { mustExist: true });
       try {
         const found = new RulesetService(store, DEFAULT_API_LIMITS).listManaged().find((r) => r.id === flags.id);
         if (found === undefined) throw new CliError(`no managed ruleset ${flags.id} (see moat managed list)`);
@@ -74,7 +74,7 @@ export function registerManaged(program: Command, out: Output): void {
     .option('--data-dir <dir>', 'directory of the database', DEFAULT_DATA_DIR)
     .option('--json', 'print as JSON')
     .action((flags: { dataDir: string; json?: boolean }) => {
-      const store = Database.open(flags.dataDir);
+      const store = Database.open(flags.dataDir, { mustExist: true });
       try {
         const list = new RulesetService(store, DEFAULT_API_LIMITS).listManaged();
         if (flags.json === true) out.stdout(JSON.stringify(list));

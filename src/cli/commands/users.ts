@@ -13,7 +13,7 @@ const collect = (v: string, acc: string[]) => [...acc, v];
 export function registerUsers(program: Command, out: Output): void {
   const users = program.command('users').description('manage the users and API keys of the control plane');
   const withUsers = <T>(dataDir: string, fn: (u: Users) => T): T => {
-    const store = Database.open(dataDir);
+    const store = Database.open(dataDir, { mustExist: true });
     try {
       return fn(new Users(store));
     } finally {
