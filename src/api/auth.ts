@@ -1,9 +1,11 @@
-// Authentication and authorisation of every request: X-Auth-Email/X-Auth-Key
-// (Cloudflare's legacy global-key scheme) mapped to a user, then the
-// account_id or zone_id of the path checked against what that user may reach.
+// Authentication and authorisation of every request: an API token
+// (`Authorization: Bearer`, Cloudflare's recommended scheme) or
+// X-Auth-Email/X-Auth-Key (the legacy global-key scheme) mapped to a user,
+// then the account_id or zone_id of the path checked against what that user
+// (or the token's scope) may reach; a read-only token may not write.
 
 import type { FastifyRequest } from 'fastify';
-import { isId, isWellFormedEmail, isWellFormedKey, type Principal, type Users } from '../store/index.js';
+import { isId, isWellFormedEmail, isWellFormedKey, isWellFormedToken, type Principal, type Tokens, type Users } from '../store/index.js';
 import { apiError } from './api-error.js';
 
 declare module 'fastify' {
@@ -25,13 +27,39 @@ function header(req: FastifyRequest, name: string): string | undefined {
   return Array.isArray(v) ? v[0] : v;
 }
 
-/** The principal of a request; throws the reference's errors for missing, malformed or unknown credentials. */
-export function authenticate(req: FastifyRequest, users: Users): Principal {
+/** Methods that only read: all a read-only token may use. */
+const READ_METHODS = new Set(['GET', 'HEAD', 'OPTIONS']);
+
+/** The principal of a bearer token; throws Cloudflare's errors for a malformed or unknown one. */
+function authenticateToken(authorization: string, tokens: Tokens): Principal {
+  const m = /^Bearer +(\S+)\s*$/i.exec(authorization);
+  if (m === null || !isWellFormedToken(m[1]!)) {
+    throw apiError('AUTH_MISSING_HEADERS', 'Invalid request headers', { chain: [apiError('AUTH_BAD_AUTHORIZATION_HEADER', 'Invalid format for Authorization header')] });
+  }
+  const p = tokens.verify(m[1]!);
+  if (p === undefined) throw apiError('AUTH_INVALID_TOKEN', 'Invalid API Token');
+  return p;
+}
+
+/**
+ * The principal of a request; throws the reference's errors for missing,
+ * malformed or unknown credentials, and 403/7402 for a write with a read-only
+ * token. X-Auth-Email/X-Auth-Key win when both schemes are sent.
+ */
+export function authenticate(req: FastifyRequest, users: Users, tokens: Tokens): Principal {
   const email = header(req, 'x-auth-email');
   const key = header(req, 'x-auth-key');
+  const authorization = header(req, 'authorization');
+  if ((email === undefined || email === '') && (key === undefined || key === '') && authorization !== undefined && authorization !== '') {
+    const p = authenticateToken(authorization, tokens);
+    if (p.readOnly && !READ_METHODS.has(req.method)) {
+      throw apiError('AUTH_TOKEN_READ_ONLY', `this API token is read-only: ${req.method} needs a token with edit access`);
+    }
+    return p;
+  }
   if (email === undefined || key === undefined || email === '' || key === '') {
-    throw apiError('AUTH_MISSING_HEADERS', 'Invalid request headers: X-Auth-Email and X-Auth-Key are required', {
-      hint: 'send X-Auth-Email and X-Auth-Key',
+    throw apiError('AUTH_MISSING_HEADERS', 'Invalid request headers: send Authorization: Bearer <API token>, or X-Auth-Email and X-Auth-Key', {
+      hint: 'send Authorization: Bearer <token>, or X-Auth-Email and X-Auth-Key',
     });
   }
   // Cloudflare's shape: 6003 "Invalid request headers" explained by 6102/6103 in error_chain.
@@ -87,11 +115,14 @@ export function principalOf(req: FastifyRequest): Principal {
 
 /** Authentication and scopes over one set of users: what the server's hook and the routes call. */
 export class Auth {
-  constructor(readonly users: Users) {}
+  constructor(
+    readonly users: Users,
+    readonly tokens: Tokens,
+  ) {}
 
   /** The principal of a request's credentials (see authenticate). */
   authenticate(req: FastifyRequest): Principal {
-    return authenticate(req, this.users);
+    return authenticate(req, this.users, this.tokens);
   }
 
   /** The scope of an authenticated request's path (see scopeOf). */

@@ -23,6 +23,15 @@ export function perPageOf(req: FastifyRequest, def: number, max: number): number
   return n;
 }
 
+/** Parses `page` (1-based; absent means 1); anything but a positive integer is a 400. */
+export function pageOf(req: FastifyRequest): number {
+  const v = query(req)['page'];
+  if (v === undefined) return 1;
+  const n = typeof v === 'string' && /^[0-9]{1,9}$/.test(v) ? Number(v) : NaN;
+  if (!(n >= 1)) throw apiError('API_BAD_QUERY', 'page must be a positive integer', { pointer: 'page' });
+  return n;
+}
+
 /** Parses `?dry_run=true|false` (absent is false; anything else is a 400, as on Cloudflare). */
 export function dryRunOf(req: FastifyRequest): boolean {
   const v = query(req)['dry_run'];

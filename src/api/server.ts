@@ -11,6 +11,7 @@ import { fail } from './envelope.js';
 import { listRoutes } from './routes/lists.js';
 import { notImplementedRoutes } from './routes/not-implemented.js';
 import { healthCheckRoutes } from './routes/health-check.js';
+import { identityRoutes } from './routes/identity.js';
 import { rulesetRoutes } from './routes/rulesets.js';
 import type { Services } from './services.js';
 
@@ -117,6 +118,7 @@ export async function buildServer(options: ServerOptions): Promise<FastifyInstan
 
   await app.register(rulesetRoutes, { prefix: BASE_PATH, services });
   await app.register(listRoutes, { prefix: BASE_PATH, services });
+  await app.register(identityRoutes, { prefix: BASE_PATH, services });
   await app.register(notImplementedRoutes, { prefix: BASE_PATH, services });
   await app.register(healthCheckRoutes, { services });
 

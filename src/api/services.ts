@@ -3,7 +3,7 @@
 // database. Routes receive the services they need as plugin options; the
 // server starts the runners when it listens and stops them when it closes.
 
-import { Users, ListStore, type Database } from '../store/index.js';
+import { Users, ListStore, Tokens, type Database } from '../store/index.js';
 import { Auth } from './auth.js';
 import { DEFAULT_API_LIMITS, type ApiLimits } from './limits.js';
 import { createListOperations, type ListOperationsRunner } from './list-operations.js';
@@ -45,7 +45,7 @@ export function createServices(options: ServicesOptions): Services {
     store,
     limits,
     users,
-    auth: new Auth(users),
+    auth: new Auth(users, new Tokens(store, users)),
     rulesets: new RulesetService(store, limits),
     lists: new ListService(store, limits, () => listOperations.wake()),
     listOperations,

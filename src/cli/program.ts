@@ -8,6 +8,7 @@ import { registerDaemon } from './commands/daemon.js';
 import { registerLists } from './commands/lists.js';
 import { registerServe } from './commands/serve.js';
 import { registerUsers } from './commands/users.js';
+import { registerTokens } from './commands/tokens.js';
 import { registerManaged } from './commands/managed.js';
 import { registerExport } from './commands/export.js';
 import { MoatError } from '../errors/index.js';
@@ -30,6 +31,7 @@ export async function runCli(argv: readonly string[], out: Output): Promise<numb
   registerLists(program, out);
   registerServe(program, out);
   registerUsers(program, out);
+  registerTokens(program, out);
   registerManaged(program, out);
   registerExport(program, out);
   try {

@@ -104,6 +104,8 @@ export const ERRORS = Object.freeze({
   AUTH_MISSING_HEADERS: def(6003, 400, 'invalid request headers: X-Auth-Email / X-Auth-Key missing or malformed'),
   AUTH_BAD_EMAIL_HEADER: def(6102, 400, 'invalid format for X-Auth-Email header (in error_chain of 6003)'),
   AUTH_BAD_KEY_HEADER: def(6103, 400, 'invalid format for X-Auth-Key header (in error_chain of 6003)'),
+  AUTH_BAD_AUTHORIZATION_HEADER: def(6111, 400, 'invalid format for the Authorization header (in error_chain of 6003)'),
+  AUTH_INVALID_TOKEN: def(9109, 403, 'invalid API token: unknown or revoked'),
   AUTH_UNKNOWN_KEY: def(9103, 403, 'unknown X-Auth-Key or X-Auth-Email'),
   AUTH_FORBIDDEN: def(10000, 403, 'authentication error: no access to this account or zone'),
   RULESET_NOT_FOUND: def(7200, 404, 'ruleset not found'),
@@ -132,7 +134,8 @@ export const ERRORS = Object.freeze({
   LIST_MANAGED_READONLY: def(7307, 403, 'managed lists are loaded by the operator, not through the API'),
   LIST_TOO_MANY: def(7308, 400, 'the account is at the maximum number of lists'),
   USER_BAD_INPUT: def(7400, 400, 'invalid user, account or zone'),
-  USER_NOT_FOUND: def(7401, 404, 'user or key not found'),
+  USER_NOT_FOUND: def(7401, 404, 'user, key or token not found'),
+  AUTH_TOKEN_READ_ONLY: def(7402, 403, 'a read-only API token cannot write'),
 
   // 8xxx: the embedded store
   STORE_OPEN: def(8001, 500, 'cannot open the database'),

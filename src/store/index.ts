@@ -2,6 +2,7 @@
 // the repositories of rulesets and lists.
 export { Database, DB_FILE, type Db, type OpenOptions } from './database.js';
 export { Users, isWellFormedEmail, isWellFormedKey, type Principal, type UserInfo } from './users.js';
+export { Tokens, isWellFormedToken, type TokenInfo } from './tokens.js';
 export { newId, isId, nowStamp } from './ids.js';
 export {
   ListStore,

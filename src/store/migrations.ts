@@ -158,4 +158,25 @@ export const MIGRATIONS: readonly string[] = [
     )
   );
   `,
+  // 3: API tokens (Authorization: Bearer). A token is 40 random characters,
+  // stored as its SHA-256 (tokens are random, not passwords: no salt or slow
+  // hash needed), scoped to some of its user's accounts (no rows: all of them)
+  // and to reading or editing.
+  `
+  CREATE TABLE api_tokens (
+    id TEXT PRIMARY KEY,
+    user_id TEXT NOT NULL REFERENCES users(id) ON DELETE CASCADE,
+    name TEXT NOT NULL,
+    hash BLOB NOT NULL UNIQUE,
+    read_only INTEGER NOT NULL,
+    created_on TEXT NOT NULL,
+    revoked_on TEXT
+  ) STRICT;
+  CREATE INDEX api_tokens_user ON api_tokens(user_id);
+  CREATE TABLE api_token_accounts (
+    token_id TEXT NOT NULL REFERENCES api_tokens(id) ON DELETE CASCADE,
+    account_id TEXT NOT NULL REFERENCES accounts(id),
+    PRIMARY KEY (token_id, account_id)
+  ) STRICT, WITHOUT ROWID;
+  `,
 ];

@@ -9,11 +9,16 @@ import { MoatError } from '../errors/index.js';
 import type { Database } from './database.js';
 import { isId, newId, nowStamp } from './ids.js';
 
-/** Who a request is: the user, the key used, and what it may reach. */
+/** Who a request is: the user, the key or token used, and what it may reach. */
 export interface Principal {
   readonly userId: string;
   readonly email: string;
+  /** The id of the key (X-Auth-Key) or of the token (Authorization: Bearer) used. */
   readonly keyId: string;
+  /** How the request authenticated. */
+  readonly via: 'key' | 'token';
+  /** A read-only token: the request may read, not write. */
+  readonly readOnly: boolean;
   /** Accounts the user may reach (and every zone in them). */
   readonly accounts: ReadonlySet<string>;
   /** Zones granted one by one, with the account each belongs to. */
@@ -190,18 +195,49 @@ export class Users {
       }
     }
     if (keyId === undefined) return undefined;
+    return { userId: u.id, email: u.email, keyId, via: 'key', readOnly: false, ...this.reach(u.id) };
+  }
+
+  /** The accounts and zones a user may reach. */
+  reach(userId: string): { accounts: Set<string>; zones: Map<string, string> } {
+    const db = this.store.db;
     const accounts = new Set(
-      (db.prepare('SELECT account_id FROM user_accounts WHERE user_id = ?').all(u.id) as { account_id: string }[]).map((r) => r.account_id),
+      (db.prepare('SELECT account_id FROM user_accounts WHERE user_id = ?').all(userId) as { account_id: string }[]).map((r) => r.account_id),
     );
     const zones = new Map(
       (
-        db.prepare('SELECT z.id, z.account_id FROM user_zones uz JOIN zones z ON z.id = uz.zone_id WHERE uz.user_id = ?').all(u.id) as {
+        db.prepare('SELECT z.id, z.account_id FROM user_zones uz JOIN zones z ON z.id = uz.zone_id WHERE uz.user_id = ?').all(userId) as {
           id: string;
           account_id: string;
         }[]
       ).map((r) => [r.id, r.account_id]),
     );
-    return { userId: u.id, email: u.email, keyId, accounts, zones };
+    return { accounts, zones };
+  }
+
+  /** Account rows by id (unknown ids left out), ordered by id. */
+  accountRows(ids: Iterable<string>): { id: string; created_on: string }[] {
+    const st = this.store.db.prepare('SELECT id, created_on FROM accounts WHERE id = ?');
+    return [...new Set(ids)]
+      .sort()
+      .map((id) => st.get(id) as { id: string; created_on: string } | undefined)
+      .filter((r) => r !== undefined);
+  }
+
+  /** Zone rows in `accounts` plus the zones of `zoneIds`, ordered by id. */
+  zoneRows(accounts: Iterable<string>, zoneIds: Iterable<string>): { id: string; account_id: string; created_on: string }[] {
+    const db = this.store.db;
+    const byId = new Map<string, { id: string; account_id: string; created_on: string }>();
+    for (const a of new Set(accounts)) {
+      for (const z of db.prepare('SELECT id, account_id, created_on FROM zones WHERE account_id = ?').all(a) as { id: string; account_id: string; created_on: string }[]) {
+        byId.set(z.id, z);
+      }
+    }
+    for (const id of zoneIds) {
+      const z = db.prepare('SELECT id, account_id, created_on FROM zones WHERE id = ?').get(id) as { id: string; account_id: string; created_on: string } | undefined;
+      if (z !== undefined) byId.set(z.id, z);
+    }
+    return [...byId.values()].sort((a, b) => (a.id < b.id ? -1 : a.id > b.id ? 1 : 0));
   }
 
   /** The account a zone belongs to, or undefined for an unknown zone. */
