@@ -100,6 +100,8 @@ export const ERRORS = Object.freeze({
   API_UNSUPPORTED_MEDIA: def(7012, 415, 'request body must be application/json'),
   API_INVALID_FIELD: def(7013, 400, 'a field of the request body is missing or invalid'),
   API_BAD_QUERY: def(7014, 400, 'a query parameter is invalid'),
+  SERVE_LISTEN: def(7097, 500, 'moat serve cannot listen on the address (in use, not local, or privileged)'),
+  SERVE_START: def(7098, 500, 'moat serve could not start (the message says why)'),
   API_INTERNAL: def(7099, 500, 'internal error'),
   AUTH_MISSING_HEADERS: def(6003, 400, 'invalid request headers: X-Auth-Email / X-Auth-Key missing or malformed'),
   AUTH_BAD_EMAIL_HEADER: def(6102, 400, 'invalid format for X-Auth-Email header (in error_chain of 6003)'),

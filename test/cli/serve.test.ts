@@ -2,12 +2,12 @@
 // empty data directory and working, two server processes on one database
 // writing concurrently and still numbering versions linearly, and every write
 // acknowledged before a kill -9 present after a restart.
-import type { ChildProcess } from 'node:child_process';
-import { mkdtempSync, readFileSync, rmSync, statSync } from 'node:fs';
+import { spawn, type ChildProcess } from 'node:child_process';
+import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
-import { ensureBuilt, moat } from '../support/cli.js';
+import { BIN, ROOT, ensureBuilt, moat } from '../support/cli.js';
 import { PHASE, printedCredentials as credentials, sdkClient as client, serveProcess, written, type ServeProcess } from '../support/api.js';
 
 const children: ChildProcess[] = [];
@@ -27,6 +27,23 @@ async function serve(dataDir: string): Promise<ServeProcess> {
 }
 
 beforeAll(() => ensureBuilt(), 120_000);
+
+/** Runs the built `moat serve` with `args` and waits for it to exit (it must, within 15 s). */
+function serveExit(args: string[]): Promise<{ code: number | null; stdout: string; stderr: string }> {
+  const child = spawn(process.execPath, [BIN, 'serve', '--log-level', 'info', ...args], { cwd: ROOT, stdio: ['ignore', 'pipe', 'pipe'] });
+  children.push(child);
+  let stdout = '';
+  let stderr = '';
+  child.stdout.on('data', (d: Buffer) => (stdout += d.toString()));
+  child.stderr.on('data', (d: Buffer) => (stderr += d.toString()));
+  return new Promise((resolve, reject) => {
+    const timer = setTimeout(() => reject(new Error(`moat serve ${args.join(' ')} did not exit: ${stdout} ${stderr}`)), 15_000);
+    child.once('exit', (code) => {
+      clearTimeout(timer);
+      resolve({ code, stdout, stderr });
+    });
+  });
+}
 
 afterEach(async () => {
   for (const c of children.splice(0)) {
@@ -80,6 +97,46 @@ describe('moat serve', () => {
     expect(other.lines.some((l) => l.includes('moat: 1 user(s)'))).toBe(true);
     const c = credentials(creators[0]!);
     for (const s of [a, b]) expect((await client(s.url, c).rulesets.list({ account_id: c.accountId })).result).toEqual([]);
+  });
+
+  it('a second server on a busy port exits 1 with one coded line, starting no work and creating no user', async () => {
+    const first = await serve(tempDir());
+    const port = new URL(first.url).port;
+    // Same database (the runners must not start), and a new directory (no first user may be made).
+    const shared = /database (\S+)\/moat\.db\)/.exec(first.lines[0]!)![1]!;
+    const fresh = join(tempDir(), 'fresh');
+    for (const dir of [shared, fresh]) {
+      const r = await serveExit(['--data-dir', dir, '--listen', `127.0.0.1:${port}`]);
+      expect(r.code, r.stderr).toBe(1);
+      expect(r.stdout).toBe('');
+      expect(r.stderr).toBe(
+        `moat: error 7097: cannot listen on 127.0.0.1:${port}: the address is in use (another \`moat serve\` or another program listens there); stop it or choose another --listen\n`,
+      );
+    }
+    expect(existsSync(join(fresh, 'first-user.json'))).toBe(false);
+    // The first server is unharmed.
+    expect((await fetch(first.url.replace('/client/v4', '/health'))).status).toBe(200);
+  });
+
+  it('exits 1 with one coded line for a data directory that is a file, an unreadable database, or an address not of this host', async () => {
+    const dir = tempDir();
+    const file = join(dir, 'not-a-dir');
+    writeFileSync(file, 'x');
+    const garbage = join(dir, 'garbage');
+    mkdirSync(garbage);
+    writeFileSync(join(garbage, 'moat.db'), 'this is not an SQLite database, not at all, no'.repeat(100));
+    const cases: [string[], RegExp][] = [
+      [['--data-dir', file, '--listen', '127.0.0.1:0'], /^moat: error 8001: .*not-a-dir: cannot create the data directory: /],
+      [['--data-dir', garbage, '--listen', '127.0.0.1:0'], /^moat: error 8001: .*garbage\/moat\.db: cannot open the database: file is not a database$/],
+      [['--data-dir', join(dir, 'ok'), '--listen', '192.0.2.1:8080'], /^moat: error 7097: cannot listen on 192\.0\.2\.1:8080: the address is not one of this host's$/],
+    ];
+    for (const [args, line] of cases) {
+      const r = await serveExit(args);
+      expect(r.code, r.stderr).toBe(1);
+      expect(r.stdout).toBe('');
+      expect(r.stderr.split('\n').filter((l) => l !== ''), args.join(' ')).toHaveLength(1);
+      expect(r.stderr.trimEnd(), args.join(' ')).toMatch(line);
+    }
   });
 
   it('exits 2 with a message for a bad --listen or --log-level', async () => {

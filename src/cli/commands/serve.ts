@@ -6,9 +6,11 @@
 import { writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import type { Command } from 'commander';
-import { pino } from 'pino';
+import type { FastifyInstance } from 'fastify';
+import { pino, type Logger } from 'pino';
 import { buildServer, createServices, BASE_PATH } from '../../api/index.js';
-import { Database, newId } from '../../store/index.js';
+import { MoatError } from '../../errors/index.js';
+import { Database, newId, type Users } from '../../store/index.js';
 import { CliError, type Output } from '../output.js';
 
 /** The data directory when --data-dir is not given: $MOAT_DATA_DIR, else ./moat-data. */
@@ -37,65 +39,111 @@ export function registerServe(program: Command, out: Output): void {
   program
     .command('serve')
     .description("run the control plane: Cloudflare's v4 Rulesets and Lists API on an embedded SQLite database")
-    .option('--data-dir <dir>', 'directory of the database (created when missing)', DEFAULT_DATA_DIR)
+    .option('--data-dir <dir>', 'directory of the database, created when missing (default: $MOAT_DATA_DIR, else ./moat-data)', DEFAULT_DATA_DIR)
     .option('--listen <host:port>', 'address to listen on', DEFAULT_LISTEN)
     .option('--log-level <level>', 'log level: fatal, error, warn, info, debug', 'info')
     .action(async (flags: ServeFlags) => {
       const { host, port } = parseListen(flags.listen);
       if (!['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'].includes(flags.logLevel)) throw new CliError(`--log-level ${flags.logLevel}: unknown level`);
-      const store = Database.open(flags.dataDir);
-      const log = pino({ level: flags.logLevel, base: { service: 'moat-api' } });
-      const services = createServices({ store, logger: log });
-      const { users } = services;
-      // Counted and created under one write lock: two servers started at once
-      // on an empty directory must not both try to create the first user.
-      const first = store.write(() => {
-        if (users.count() !== 0) return undefined;
-        const account = newId();
-        const { key } = users.create({ email: FIRST_USER_EMAIL, accounts: [account] });
-        return { email: FIRST_USER_EMAIL, key, account };
-      });
-      if (first !== undefined) {
-        const { key, account } = first;
-        writeFileSync(join(flags.dataDir, 'first-user.json'), JSON.stringify({ email: FIRST_USER_EMAIL, key, account_id: account }, null, 2) + '\n', { mode: 0o600 });
-      }
-      const app = await buildServer({ services, logger: log });
+      // Every startup failure is one line with a code and exit 1 (see startupError).
+      let store: Database | undefined;
+      let app: FastifyInstance | undefined;
       try {
-        // The runners start once this resolves: a busy port starts no work.
-        await app.listen({ host, port });
+        store = Database.open(flags.dataDir);
+        const log = pino({ level: flags.logLevel, base: { service: 'moat-api' } });
+        const services = createServices({ store, logger: log });
+        app = await buildServer({ services, logger: log });
+        try {
+          // The runners start once this resolves: a busy port starts no work,
+          // and the first user is created only by a server that listens.
+          await app.listen({ host, port });
+        } catch (err) {
+          throw listenError(flags.listen, err);
+        }
+        await running(app, store, services.users, log, flags, host, port, out);
       } catch (err) {
-        store.close();
-        throw new CliError(`cannot listen on ${flags.listen}: ${(err as Error).message}`);
+        // A server that listened and then failed must not keep the process alive.
+        await app?.close().catch(() => undefined);
+        store?.close();
+        throw startupError(err);
       }
-      const shown = host.includes(':') ? `[${host}]` : host;
-      // The bound port, not the requested one: with --listen HOST:0 the kernel
-      // picks it, and the printed URL is how callers find the server.
-      const addr = app.server.address();
-      const bound = addr !== null && typeof addr === 'object' ? addr.port : port;
-      const url = `http://${shown}:${bound}${BASE_PATH}`;
-      out.stdout(`moat: control plane listening on ${url} (database ${store.file})`);
-      if (first !== undefined) {
-        out.stdout(`moat: created the first user (the key is shown once; it is also in ${join(flags.dataDir, 'first-user.json')}, mode 0600):`);
-        out.stdout(`  X-Auth-Email: ${first.email}`);
-        out.stdout(`  X-Auth-Key:   ${first.key}`);
-        out.stdout(`  account id:   ${first.account}`);
-        out.stdout(`  try: curl -s ${url}/accounts/${first.account}/rulesets -H 'X-Auth-Email: ${first.email}' -H 'X-Auth-Key: ${first.key}'`);
-      } else {
-        out.stdout(`moat: ${users.count()} user(s); manage them with: moat users list --data-dir ${flags.dataDir}`);
-      }
-      let closing = false;
-      const stop = (signal: string) => {
-        if (closing) return;
-        closing = true;
-        log.info({ signal }, 'stopping');
-        void app.close().finally(() => {
-          store.close();
-          log.flush();
-          process.exit(0);
-        });
-      };
-      process.once('SIGTERM', () => stop('SIGTERM'));
-      process.once('SIGINT', () => stop('SIGINT'));
-      await new Promise<never>(() => {});
     });
+}
+
+/** The coded error of a failed listen, in words an operator acts on. */
+function listenError(listen: string, err: unknown): MoatError {
+  const code = (err as NodeJS.ErrnoException).code;
+  const why =
+    code === 'EADDRINUSE'
+      ? 'the address is in use (another `moat serve` or another program listens there); stop it or choose another --listen'
+      : code === 'EADDRNOTAVAIL'
+        ? 'the address is not one of this host\'s'
+        : code === 'EACCES'
+          ? 'permission denied (ports below 1024 need root or CAP_NET_BIND_SERVICE)'
+          : code === 'ENOTFOUND' || code === 'EAI_AGAIN'
+            ? 'the host name does not resolve'
+            : (err as Error).message;
+  return new MoatError('SERVE_LISTEN', `cannot listen on ${listen}: ${why}`, { cause: err });
+}
+
+/** Any startup failure as a coded error: coded errors pass, anything else becomes 7098 with its message. */
+function startupError(err: unknown): unknown {
+  if (err instanceof MoatError || err instanceof CliError) return err;
+  const e = err as Error;
+  return new MoatError('SERVE_START', `cannot start the control plane: ${e.message ?? String(err)}`, { cause: err });
+}
+
+/** After listen: the first user on an empty database, what to print, and the signals that stop it. */
+async function running(
+  app: FastifyInstance,
+  store: Database,
+  users: Users,
+  log: Logger,
+  flags: ServeFlags,
+  host: string,
+  port: number,
+  out: Output,
+): Promise<never> {
+  // Counted and created under one write lock: two servers started at once
+  // on an empty directory must not both try to create the first user.
+  const first = store.write(() => {
+    if (users.count() !== 0) return undefined;
+    const account = newId();
+    const { key } = users.create({ email: FIRST_USER_EMAIL, accounts: [account] });
+    return { email: FIRST_USER_EMAIL, key, account };
+  });
+  if (first !== undefined) {
+    const { key, account } = first;
+    writeFileSync(join(flags.dataDir, 'first-user.json'), JSON.stringify({ email: FIRST_USER_EMAIL, key, account_id: account }, null, 2) + '\n', { mode: 0o600 });
+  }
+  const shown = host.includes(':') ? `[${host}]` : host;
+  // The bound port, not the requested one: with --listen HOST:0 the kernel
+  // picks it, and the printed URL is how callers find the server.
+  const addr = app.server.address();
+  const bound = addr !== null && typeof addr === 'object' ? addr.port : port;
+  const url = `http://${shown}:${bound}${BASE_PATH}`;
+  out.stdout(`moat: control plane listening on ${url} (database ${store.file})`);
+  if (first !== undefined) {
+    out.stdout(`moat: created the first user (the key is shown once; it is also in ${join(flags.dataDir, 'first-user.json')}, mode 0600):`);
+    out.stdout(`  X-Auth-Email: ${first.email}`);
+    out.stdout(`  X-Auth-Key:   ${first.key}`);
+    out.stdout(`  account id:   ${first.account}`);
+    out.stdout(`  try: curl -s ${url}/accounts/${first.account}/rulesets -H 'X-Auth-Email: ${first.email}' -H 'X-Auth-Key: ${first.key}'`);
+  } else {
+    out.stdout(`moat: ${users.count()} user(s); manage them with: moat users list --data-dir ${flags.dataDir}`);
+  }
+  let closing = false;
+  const stop = (signal: string) => {
+    if (closing) return;
+    closing = true;
+    log.info({ signal }, 'stopping');
+    void app.close().finally(() => {
+      store.close();
+      log.flush();
+      process.exit(0);
+    });
+  };
+  process.once('SIGTERM', () => stop('SIGTERM'));
+  process.once('SIGINT', () => stop('SIGINT'));
+  return new Promise<never>(() => {});
 }
