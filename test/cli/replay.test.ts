@@ -138,6 +138,6 @@ describe('moat replay', () => {
     const { pcap } = files();
     const r = moatBinary(['replay', pcap, '--rules', join(dir, 'nope.json')]);
     expect(r.code).toBe(1);
-    expect(r.stderr).toBe(`moat: ${join(dir, 'nope.json')}: cannot read: no such file\n`);
+    expect(r.stderr).toBe(`moat: error 6001: ${join(dir, 'nope.json')}: cannot read: no such file\n`);
   });
 });
