@@ -7,7 +7,7 @@ import { join } from 'node:path';
 import BetterSqlite3 from 'better-sqlite3';
 import { afterEach, describe, expect, it } from 'vitest';
 import { MIGRATIONS } from '../../src/store/migrations.js';
-import { Database, RulesetStore, type StoredRule } from '../../src/store/index.js';
+import { Database, RulesetStore, Tokens, Users, type StoredRule } from '../../src/store/index.js';
 
 const dirs: string[] = [];
 afterEach(() => {
@@ -57,5 +57,34 @@ describe('migrating from schema 1', () => {
     expect(left.map((r) => `${r.rule_id[0]}@${r.rule_version}`)).toEqual(['1@2', '2@1', '3@2']);
     expect(rs.version(RS, 2)!.rules).toEqual(v2);
     store.close();
+  });
+});
+
+describe('migrating from schema 2', () => {
+  it('adds API tokens to a database with users, whose keys keep working', () => {
+    const dir = mkdtempSync(join(tmpdir(), 'moat-migrate-'));
+    dirs.push(dir);
+    const raw = new BetterSqlite3(join(dir, 'moat.db'));
+    raw.exec(MIGRATIONS[0]!);
+    raw.exec(MIGRATIONS[1]!);
+    raw.pragma('user_version = 2');
+    raw.close();
+    const before = Database.open(dir);
+    // Written at schema 3 by this Moat, then rolled back to a schema-2 shape below.
+    const { key } = new Users(before).create({ email: 'old@example.com', accounts: [ACCOUNT] });
+    before.db.exec('DROP TABLE api_token_accounts; DROP TABLE api_tokens');
+    before.db.pragma('user_version = 2');
+    before.close();
+
+    const store = Database.open(dir);
+    try {
+      expect(store.schemaVersion).toBe(MIGRATIONS.length);
+      const users = new Users(store);
+      expect(users.verify('old@example.com', key)?.accounts.has(ACCOUNT)).toBe(true);
+      const { token } = new Tokens(store, users).create({ email: 'old@example.com', name: 'after upgrade', readOnly: true });
+      expect(new Tokens(store, users).verify(token)).toMatchObject({ email: 'old@example.com', via: 'token', readOnly: true });
+    } finally {
+      store.close();
+    }
   });
 });
