@@ -9,7 +9,7 @@ import { chmodSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync 
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
-import { ROOT } from './support/cli.js';
+import { moat, ROOT } from './support/cli.js';
 import { peerTool } from './support/tools.js';
 
 const bash = peerTool('bash');
@@ -47,6 +47,42 @@ describe('the quick start and CI install alike', () => {
     if (git === undefined) return;
     const r = spawnSync(git, ['check-ignore', '-q', '--no-index', 'moat-data/moat.db'], { cwd: ROOT });
     expect(r.status).toBe(0);
+  });
+});
+
+/** The command names in a commander help text's Commands section. */
+function helpCommands(help: string): string[] {
+  const at = help.indexOf('Commands:');
+  if (at < 0) return [];
+  return [...help.slice(at).matchAll(/^ {2}([a-z][a-z-]*)/gm)].map((m) => m[1]!);
+}
+
+describe('the README is about what exists', () => {
+  it('every `moat COMMAND [SUBCOMMAND]` it names is a command of moat', async () => {
+    const top = helpCommands((await moat('--help')).stdout);
+    expect(top).toEqual(expect.arrayContaining(['check', 'replay', 'daemon', 'serve', 'users']));
+    const named = new Set([...readme.matchAll(/`[^`\n]*?\bmoat ([a-z][a-z-]*)(?: ([a-z][a-z-]*))?/g)].map((m) => [m[1]!, m[2]].join(' ').trim()));
+    for (const line of readme.split('\n').filter((l) => /^\s*moat [a-z]/.test(l))) {
+      const m = /moat ([a-z][a-z-]*)(?: ([a-z][a-z-]*))?/.exec(line)!;
+      named.add([m[1]!, m[2]].join(' ').trim());
+    }
+    expect(named.size).toBeGreaterThan(5);
+    for (const name of named) {
+      const [command, sub] = name.split(' ');
+      expect(top, `README names moat ${command}`).toContain(command);
+      const subs = helpCommands((await moat(command!, '--help')).stdout);
+      if (subs.length > 0 && sub !== undefined) expect(subs, `README names moat ${name}`).toContain(sub);
+    }
+  });
+
+  it('its opening presents pools, monitors, notifications and pushing to daemons as not built yet', () => {
+    const opening = readme.slice(0, readme.indexOf('## Quick start'));
+    const notYet = opening.indexOf('Not built yet');
+    expect(notYet).toBeGreaterThan(0);
+    for (const word of ['pools', 'health monitor', 'notification', 'push']) {
+      const at = opening.search(new RegExp(`\\b${word}`, 'i'));
+      if (at >= 0) expect(at, `"${word}" in the opening before "Not built yet"`).toBeGreaterThan(notYet);
+    }
   });
 });
 
