@@ -103,8 +103,8 @@ afterAll(() => {
   for (const d of dirs.splice(0)) rmSync(d, { recursive: true, force: true });
 });
 
-/** Runs `.ci/install --plan` with only fake tools on the PATH. */
-function plan(m: Machine): { code: number; stdout: string; stderr: string; installs: string[] } {
+/** Runs `.ci/install --plan` (or, with plan false, `.ci/install`) with only fake tools on the PATH. */
+function plan(m: Machine, planOnly = true): { code: number; stdout: string; stderr: string; installs: string[] } {
   const dir = mkdtempSync(join(tmpdir(), 'moat-install-'));
   dirs.push(dir);
   const bin = join(dir, 'bin');
@@ -126,7 +126,7 @@ function plan(m: Machine): { code: number; stdout: string; stderr: string; insta
   tool('dpkg-query', m.installedProvides === undefined
     ? 'echo "dpkg-query: no packages found matching nodejs" >&2; exit 1'
     : `echo "Provides: ${m.installedProvides}"`);
-  const r = spawnSync(bash!, [join(ROOT, '.ci/install'), '--plan'], { cwd: dir, env: { PATH: bin }, encoding: 'utf8' });
+  const r = spawnSync(bash!, [join(ROOT, '.ci/install'), ...(planOnly ? ['--plan'] : [])], { cwd: dir, env: { PATH: bin }, encoding: 'utf8' });
   const line = r.stdout.split('\n').find((l) => l.startsWith('+ apt-get install'));
   const installs = line === undefined ? [] : line.split(' ').slice(2).filter((w) => !w.startsWith('-') && w !== 'install');
   return { code: r.status ?? -1, stdout: r.stdout, stderr: r.stderr, installs };
@@ -196,6 +196,13 @@ describe.skipIf(bash === undefined)('.ci/install decides what Node.js needs', ()
     const r = plan({ node: 'v20.11.0', npm: true, candidate: DEBIAN_13, installedProvides: 'node-types-node (= 20.11.0)' });
     expect(r.code, r.stderr).toBe(0);
     expect(r.installs).toContain('nodejs');
+  });
+
+  it('without apt-get (or without root) it stops at once with a plain message', () => {
+    const r = plan({ node: 'v20.19.5', npm: true }, false);
+    expect(r.code).toBe(1);
+    expect(r.stdout).toBe('');
+    expect(r.stderr).toMatch(/^moat install: (apt-get not found|run it as root)/);
   });
 
   it('on this machine, as CI runs it, the plan succeeds with the node on the PATH', () => {
