@@ -13,6 +13,7 @@ import { registerManaged } from './commands/managed.js';
 import { registerExport } from './commands/export.js';
 import { MoatError } from '../errors/index.js';
 import { CliError, type Output } from './output.js';
+import { moatVersion } from './version.js';
 
 /** Runs the CLI with `argv` (without node and script) and returns the exit code. */
 export async function runCli(argv: readonly string[], out: Output): Promise<number> {
@@ -20,6 +21,7 @@ export async function runCli(argv: readonly string[], out: Output): Promise<numb
   program
     .name('moat')
     .description('Moat: a network-transit firewall speaking Cloudflare\'s rules language and v4 API')
+    .version(moatVersion(), '-V, --version', 'print the version')
     .exitOverride()
     .configureOutput({
       writeOut: (s) => out.stdout(s.replace(/\n$/, '')),

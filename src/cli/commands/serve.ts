@@ -5,7 +5,7 @@
 
 import { writeFileSync } from 'node:fs';
 import { join } from 'node:path';
-import type { Command } from 'commander';
+import { Option, type Command } from 'commander';
 import type { FastifyInstance } from 'fastify';
 import { pino, type Logger } from 'pino';
 import { buildServer, createServices, BASE_PATH } from '../../api/index.js';
@@ -39,7 +39,7 @@ export function registerServe(program: Command, out: Output): void {
   program
     .command('serve')
     .description("run the control plane: Cloudflare's v4 Rulesets and Lists API on an embedded SQLite database")
-    .option('--data-dir <dir>', 'directory of the database, created when missing (default: $MOAT_DATA_DIR, else ./moat-data)', DEFAULT_DATA_DIR)
+    .addOption(new Option('--data-dir <dir>', 'directory of the database (created when missing)').default(DEFAULT_DATA_DIR, `${JSON.stringify(DEFAULT_DATA_DIR)}: $MOAT_DATA_DIR when set, else ./moat-data`))
     .option('--listen <host:port>', 'address to listen on', DEFAULT_LISTEN)
     .option('--log-level <level>', 'log level: fatal, error, warn, info, debug', 'info')
     .action(async (flags: ServeFlags) => {
