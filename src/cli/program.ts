@@ -10,8 +10,7 @@ import { registerServe } from './commands/serve.js';
 import { registerUsers } from './commands/users.js';
 import { registerManaged } from './commands/managed.js';
 import { registerExport } from './commands/export.js';
-import { MoatError } from '../errors/index.js';
-import { CliError, type Output } from './output.js';
+import { CliError, formatError, reportError, type Output } from './output.js';
 
 /** Runs the CLI with `argv` (without node and script) and returns the exit code. */
 export async function runCli(argv: readonly string[], out: Output): Promise<number> {
@@ -23,6 +22,8 @@ export async function runCli(argv: readonly string[], out: Output): Promise<numb
     .configureOutput({
       writeOut: (s) => out.stdout(s.replace(/\n$/, '')),
       writeErr: (s) => out.stderr(s.replace(/\n$/, '')),
+      // Commander's own errors (unknown option, missing argument) carry the usage code too.
+      outputError: (s, write) => write(formatError(new CliError(s.replace(/^error: /, '').replace(/\n$/, ''))) + '\n'),
     });
   registerCheck(program, out);
   registerReplay(program, out);
@@ -37,14 +38,7 @@ export async function runCli(argv: readonly string[], out: Output): Promise<numb
     return out.exitCode;
   } catch (err) {
     if (err instanceof CommanderError) return err.exitCode === 0 ? 0 : 2;
-    if (err instanceof CliError) {
-      out.stderr(`moat: ${err.message}`);
-      return 2;
-    }
-    if (err instanceof MoatError) {
-      out.stderr(`moat: ${err.message}`);
-      return 1;
-    }
+    if (reportError(out, err)) return out.exitCode;
     throw err;
   }
 }

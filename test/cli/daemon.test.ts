@@ -20,7 +20,7 @@ describe('moat daemon --check', () => {
     writeFileSync(f, '{ "mode": "inline", "interfaces": ["a", "b"], "rules": { "account": "x.json" }, "capture": { "ringBytes": 10 } }');
     const r = await moat('daemon', '--config', f, '--check');
     expect(r.code).toBe(1);
-    expect(r.stderr).toMatch(new RegExp(`^moat: ${f}: capture\\.ringBytes: `));
+    expect(r.stderr).toMatch(new RegExp(`^moat: error 5002: ${f}: capture\\.ringBytes: `));
   });
 
   it('names the rule of a ruleset that does not compile', async () => {
@@ -29,6 +29,6 @@ describe('moat daemon --check', () => {
     writeFileSync(f, JSON.stringify({ mode: 'monitor', interfaces: ['eth0'], rules: { account: 'rules.json' } }));
     const r = await moat('daemon', '--config', f, '--check');
     expect(r.code).toBe(1);
-    expect(r.stderr).toBe('moat: account ruleset, rule 1: a CIDR can only be used inside a set');
+    expect(r.stderr).toBe('moat: error 1010: account ruleset, rule 1: a CIDR can only be used inside a set (hint: write "in {10.0.0.0/8}")');
   });
 });

@@ -109,8 +109,8 @@ describe('moat replay', () => {
     const r = await moat('replay', pcap, '--rules', join(dir, 'bad.json'));
     expect(r.code).toBe(1);
     expect(r.stderr.split('\n')).toEqual([
-      'moat: account ruleset, rule 0: unknown list $office (hint: create the list first, or check its name)',
-      'moat: account ruleset, rule 1: set items are separated by spaces, not commas (hint: write {80 443}, not {80, 443})',
+      'moat: error 2006: account ruleset, rule 0: unknown list $office (hint: create the list first, or check its name)',
+      'moat: error 1011: account ruleset, rule 1: set items are separated by spaces, not commas (hint: write {80 443}, not {80, 443})',
     ]);
     expect(r.stdout).toBe('');
   });
@@ -131,13 +131,13 @@ describe('moat replay', () => {
     const r = await moat('replay', cut, ...rules, '--json');
     expect(r.code).toBe(1);
     expect(JSON.parse(r.stdout).packets).toBe(7);
-    expect(r.stderr).toMatch(new RegExp(`^moat: ${cut}.*byte \\d+`));
+    expect(r.stderr).toMatch(new RegExp(`^moat: error 300\\d: ${cut}.*byte \\d+`));
   });
 
   it('names a missing ruleset file and exits non-zero', () => {
     const { pcap } = files();
     const r = moatBinary(['replay', pcap, '--rules', join(dir, 'nope.json')]);
     expect(r.code).toBe(1);
-    expect(r.stderr).toBe(`moat: ${join(dir, 'nope.json')}: cannot read: no such file\n`);
+    expect(r.stderr).toBe(`moat: error 6001: ${join(dir, 'nope.json')}: cannot read: no such file\n`);
   });
 });

@@ -84,12 +84,12 @@ describe('moat users create', () => {
   it('exits 1 with a message for a bad email, a bad account or zone id, a taken email and a bad key', async () => {
     const account = newId();
     const cases: [string[], string][] = [
-      [['--email', 'not-an-email', '--account', account], 'moat: "not-an-email" is not an email address'],
-      [['--email', 'd@example.com', '--account', 'ABC'], 'moat: "ABC" is not an id: accounts and zones are 32 lowercase hex characters'],
-      [['--email', 'd@example.com', '--account', account, '--zone', 'xyz'], 'moat: "xyz" is not an id: accounts and zones are 32 lowercase hex characters'],
-      [['--email', 'alice@example.com', '--account', account], 'moat: a user with email alice@example.com already exists'],
-      [['--email', 'ALICE@example.com', '--account', account], 'moat: a user with email ALICE@example.com already exists'],
-      [['--email', 'd@example.com', '--account', account, '--key', 'short'], 'moat: a key is 16 to 128 characters of A-Z a-z 0-9 _ -'],
+      [['--email', 'not-an-email', '--account', account], 'moat: error 7400: "not-an-email" is not an email address'],
+      [['--email', 'd@example.com', '--account', 'ABC'], 'moat: error 7400: "ABC" is not an id: accounts and zones are 32 lowercase hex characters'],
+      [['--email', 'd@example.com', '--account', account, '--zone', 'xyz'], 'moat: error 7400: "xyz" is not an id: accounts and zones are 32 lowercase hex characters'],
+      [['--email', 'alice@example.com', '--account', account], 'moat: error 7400: a user with email alice@example.com already exists'],
+      [['--email', 'ALICE@example.com', '--account', account], 'moat: error 7400: a user with email ALICE@example.com already exists'],
+      [['--email', 'd@example.com', '--account', account, '--key', 'short'], 'moat: error 7400: a key is 16 to 128 characters of A-Z a-z 0-9 _ -'],
     ];
     for (const [args, message] of cases) {
       const r = await moat('users', 'create', '--data-dir', dataDir, ...args);
@@ -105,7 +105,7 @@ describe('moat users create', () => {
     expect(await moat('users', 'create', '--data-dir', dataDir, '--email', 'e@example.com')).toEqual({
       code: 2,
       stdout: '',
-      stderr: 'moat: users create: give at least one --account <id>',
+      stderr: 'moat: error 5010: users create: give at least one --account <id>',
     });
     expect((await moat('users', 'create', '--data-dir', dataDir, '--account', newId())).code).toBe(2);
   });
@@ -134,7 +134,7 @@ describe('moat users add-key and revoke', () => {
 
     const again = await moat('users', 'revoke', '--data-dir', dataDir, '--email', email, '--key-id', firstKeyId);
     expect(again.code).toBe(1);
-    expect(again.stderr).toBe(`moat: user ${email} has no active key ${firstKeyId}`);
+    expect(again.stderr).toBe(`moat: error 7401: user ${email} has no active key ${firstKeyId}`);
 
     const all = await moat('users', 'revoke', '--data-dir', dataDir, '--email', email);
     expect(all.stdout).toBe(`revoked 1 key(s) of ${email}`);
@@ -154,7 +154,7 @@ describe('moat users add-key and revoke', () => {
     expect((await rulesetsOf(email, key, account)).status).toBe(200);
     const unknown = await moat('users', 'add-key', '--data-dir', dataDir, '--email', 'nobody@example.com');
     expect(unknown.code).toBe(1);
-    expect(unknown.stderr).toBe('moat: no user with email nobody@example.com');
+    expect(unknown.stderr).toBe('moat: error 7401: no user with email nobody@example.com');
     const revokeUnknown = await moat('users', 'revoke', '--data-dir', dataDir, '--email', 'nobody@example.com');
     expect(revokeUnknown.code).toBe(1);
   });

@@ -7,7 +7,7 @@ import { LiveCapture } from '../../capture/index.js';
 import { loadDaemonConfig } from '../../config/index.js';
 import { bundleFiles, bundleSourceFor, Daemon } from '../../daemon/index.js';
 import { BundleError, loadBundle } from '../../engine/index.js';
-import type { Output } from '../output.js';
+import { reportError, type Output } from '../output.js';
 
 interface DaemonFlags {
   config: string;
@@ -29,9 +29,7 @@ export function registerDaemon(program: Command, out: Output): void {
           const b = loadBundle(bundleFiles(config));
           out.stdout(`OK: ${config.mode} on ${config.interfaces.join(', ')}; ${b.evaluator.rules.length} rules, fields: ${b.evaluator.fields.join(' ') || '(none)'}`);
         } catch (err) {
-          if (!(err instanceof BundleError)) throw err;
-          for (const e of err.errors) out.stderr(`moat: ${e.message}`);
-          out.exitCode = 1;
+          if (!(err instanceof BundleError) || !reportError(out, err)) throw err;
         }
         return;
       }
@@ -41,11 +39,7 @@ export function registerDaemon(program: Command, out: Output): void {
         await daemon.start();
       } catch (err) {
         await daemon.stop();
-        if (err instanceof BundleError) {
-          for (const e of err.errors) out.stderr(`moat: ${e.message}`);
-          out.exitCode = 1;
-          return;
-        }
+        if (reportError(out, err)) return;
         throw err;
       }
       daemon.handleTermination((code) => {

@@ -5,10 +5,9 @@
 
 import { readFileSync } from 'node:fs';
 import type { Command } from 'commander';
-import { ApiErrors, DEFAULT_API_LIMITS, RulesetService } from '../../api/index.js';
-import { MoatError } from '../../errors/index.js';
+import { DEFAULT_API_LIMITS, RulesetService } from '../../api/index.js';
 import { Database } from '../../store/index.js';
-import { CliError, type Output } from '../output.js';
+import { CliError, reportError, type Output } from '../output.js';
 import { DEFAULT_DATA_DIR } from './serve.js';
 
 /** Registers `moat managed import|delete|show|list`. */
@@ -31,10 +30,7 @@ export function registerManaged(program: Command, out: Output): void {
         const v = new RulesetService(store, DEFAULT_API_LIMITS).importManaged(doc);
         out.stdout(`imported managed ruleset "${v.name}" ${v.id} version ${v.version}: ${v.rules?.length ?? 0} rules`);
       } catch (err) {
-        const errors = err instanceof ApiErrors ? err.errors : err instanceof MoatError ? [err] : undefined;
-        if (errors === undefined) throw err;
-        for (const e of errors) out.stderr(`moat: ${flags.file}: ${e.pointer === undefined ? '' : `at ${e.pointer || '/'}: `}error ${e.code}: ${e.message}`);
-        out.exitCode = 1;
+        if (!reportError(out, err, flags.file)) throw err;
       } finally {
         store.close();
       }

@@ -7,7 +7,7 @@ import type { Command } from 'commander';
 import { PacketBatch, PcapReader, PcapWriter, fdSink } from '../../capture/index.js';
 import { BundleError, loadBundle, PacketPath, type Evaluator, type UndecodablePolicy } from '../../engine/index.js';
 import { MoatError } from '../../errors/index.js';
-import { CliError, type Output } from '../output.js';
+import { CliError, reportError, type Output } from '../output.js';
 
 interface ReplayFlags {
   rules: string[];
@@ -61,11 +61,7 @@ function replay(captures: string[], flags: ReplayFlags, out: Output): void {
   try {
     loaded = loadBundle({ rules: flags.rules, lists, geoip: flags.geoip, asn: flags.asn, managed: flags.managed });
   } catch (err) {
-    if (err instanceof BundleError) {
-      for (const e of err.errors) out.stderr(`moat: ${e.message}${e.hint ? ` (hint: ${e.hint})` : ''}`);
-      out.exitCode = 1;
-      return;
-    }
+    if (err instanceof BundleError && reportError(out, err)) return;
     throw err;
   }
   const path = new PacketPath(loaded.evaluator, {
@@ -123,8 +119,7 @@ function replay(captures: string[], flags: ReplayFlags, out: Output): void {
   if (flags.json === true) out.stdout(JSON.stringify(summary, null, 2));
   else for (const line of render(summary)) out.stdout(line);
   if (failure !== undefined) {
-    out.stderr(`moat: ${failure.message}`);
-    out.exitCode = 1;
+    reportError(out, failure);
   }
 }
 
