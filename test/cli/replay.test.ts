@@ -1,13 +1,14 @@
 // `moat replay` judges the packets of capture files with the rulesets, lists and
 // GeoIP data it is given, writes the pass/drop pcaps and verdict lines asked
 // for, and prints a summary; every error names its file.
-import { mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { beforeAll, describe, expect, it } from 'vitest';
 import { buildPcap, PcapReader } from '../../src/capture/index.js';
 import { buildFrame, TCP, type FrameSpec } from '../support/packet-builder.js';
 import { ensureBuilt, moat, moatBinary, ROOT } from '../support/cli.js';
+import { renderSummary, type Summary } from '../../src/cli/commands/replay.js';
 
 const dir = mkdtempSync(join(tmpdir(), 'moat-replay-'));
 const COUNTRY_DB = join(ROOT, 'native-fixtures/geoip/test-country.mmdb');
@@ -98,9 +99,54 @@ describe('moat replay', () => {
     const { pcap, rules } = files();
     const r = await moat('replay', pcap, ...rules, '--list', `svc.malware=${join(dir, 'malware.txt')}`, '--geoip', COUNTRY_DB, '--asn', ASN_DB);
     expect(r.code).toBe(0);
-    expect(r.stdout).toMatch(/^8 packets, \d+ bytes from 1 file in [\d.]+ s \([\d,]+ packets\/s\)/);
+    // Eight packets: too few for a meaningful rate, so none is printed.
+    expect(r.stdout.split('\n')[0]).toMatch(/^8 packets, \d+ bytes from 1 file in [\d.]+ s$/);
     expect(r.stdout).toMatch(/dropped\s+5 packets/);
     expect(r.stdout).toMatch(/account#1 block-admin block "admin ports"\s+2 packets/);
+    // Totals and rule hits share one column layout.
+    const rows = r.stdout.split('\n').filter((l) => / packets .* bytes$/.test(l));
+    expect(rows.length).toBe(3 + 7);
+    expect(new Set(rows.map((l) => l.indexOf(' packets '))).size).toBe(1);
+    expect(new Set(rows.map((l) => l.length)).size).toBe(1);
+  });
+
+  it('leaves out empty descriptions and prints a rate only for a capture big enough to measure one', async () => {
+    const { pcap } = files();
+    writeFileSync(join(dir, 'desc.json'), JSON.stringify({ rules: [{ id: 'r1', action: 'block', expression: 'tcp.dstport == 22', description: '' }] }));
+    const r = await moat('replay', pcap, '--rules', join(dir, 'desc.json'));
+    expect(r.stdout).toMatch(/account#0 r1 block\s+2 packets/);
+    expect(r.stdout).not.toContain('""');
+    const summary: Summary = {
+      files: ['a.pcap'], packets: 5000, bytes: 300000, passed: { packets: 5000, bytes: 300000 }, dropped: { packets: 0, bytes: 0 },
+      undecodable: { packets: 0, bytes: 0 }, notIp: 0, damaged: 0, fragments: 0, seconds: 0.5, packetsPerSecond: 10000, rules: [],
+    };
+    expect(renderSummary(summary)[0]).toBe('5,000 packets, 300,000 bytes from 1 file in 0.50 s (10,000 packets/s)');
+    expect(renderSummary({ ...summary, seconds: 0.05 })[0]).toBe('5,000 packets, 300,000 bytes from 1 file in 0.05 s');
+    expect(renderSummary({ ...summary, packets: 999 })[0]).toBe('999 packets, 300,000 bytes from 1 file in 0.50 s');
+  });
+
+  it('writes a valid empty capture for --drop and --pass when no packet went there, as tcpdump does', async () => {
+    const { pcap } = files();
+    writeFileSync(join(dir, 'none.json'), JSON.stringify({ rules: [{ action: 'block', expression: 'tcp.dstport == 9' }] }));
+    writeFileSync(join(dir, 'all.json'), JSON.stringify({ rules: [{ action: 'block', expression: 'ip.src == 0.0.0.0 or not ip.src == 0.0.0.0' }] }));
+    const count = (f: string) => {
+      const rd = PcapReader.open(f);
+      let k = 0;
+      while (rd.next()) k++;
+      const linkType = rd.linkType;
+      rd.close();
+      return { k, linkType, size: readFileSync(f).length };
+    };
+    for (const f of ['e-drop.pcap', 'e-pass.pcap']) rmSync(join(dir, f), { force: true });
+    expect((await moat('replay', pcap, '--rules', join(dir, 'none.json'), '--drop', join(dir, 'e-drop.pcap'))).code).toBe(0);
+    expect(count(join(dir, 'e-drop.pcap'))).toEqual({ k: 0, linkType: 1, size: 24 });
+    expect((await moat('replay', pcap, '--rules', join(dir, 'all.json'), '--pass', join(dir, 'e-pass.pcap'), '--drop', join(dir, 'e-drop.pcap'))).code).toBe(0);
+    expect(count(join(dir, 'e-pass.pcap'))).toEqual({ k: 0, linkType: 1, size: 24 });
+    expect(count(join(dir, 'e-drop.pcap')).k).toBe(8);
+    // An empty input capture gives empty outputs too.
+    writeFileSync(join(dir, 'empty-in.pcap'), buildPcap([]));
+    expect((await moat('replay', join(dir, 'empty-in.pcap'), '--rules', join(dir, 'none.json'), '--pass', join(dir, 'e-pass.pcap'))).code).toBe(0);
+    expect(count(join(dir, 'e-pass.pcap'))).toEqual({ k: 0, linkType: 1, size: 24 });
   });
 
   it('rejects a bundle with an unknown list, naming the rule, and reads no packet', async () => {
