@@ -44,6 +44,11 @@ export function formatError(e: MoatError, prefix?: string): string {
   return `moat: ${where}${at}error ${e.code}: ${e.message}${hint}`;
 }
 
+/** A coded warning: `moat: warning N: message`; the command goes on. */
+export function formatWarning(e: MoatError): string {
+  return `moat: warning ${e.code}: ${e.message}`;
+}
+
 /** The coded errors an error stands for: itself, or the list a BundleError or ApiErrors carries. */
 export function codedErrors(err: unknown): readonly MoatError[] | undefined {
   if (err instanceof MoatError) return [err];

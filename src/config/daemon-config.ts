@@ -59,6 +59,8 @@ const schema = z.strictObject({
   onError: z.enum(['pass', 'drop']).default('pass'),
   /** What to do with a frame whose IP header cannot be read. */
   undecodable: z.enum(['pass', 'drop']).default('pass'),
+  /** A rule reading GeoIP data or a list the configuration does not give: log it (warn) or refuse the bundle (error). */
+  missingData: z.enum(['warn', 'error']).default('warn'),
   /** Optional: write dropped packets to a size-capped, rotating pcap file. */
   dropCapture: z
     .strictObject({

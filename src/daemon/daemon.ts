@@ -169,6 +169,8 @@ export class Daemon {
     this.ports.forEach((port, i) => (port.path = paths[i]!));
     this.evaluator = bundle.evaluator;
     this.version = this.versionOf(bundle);
+    // At start and at every reload: a rule that reads data not given never matches as written.
+    for (const e of bundle.missing) this.log.warn({ code: e.code, reason }, e.message);
     if (reason !== 'start') {
       this.swaps++;
       this.log.info({ version: this.version, reason, rules: bundle.evaluator.rules.length, listsAndGeoIp: bundle.tableReused ? 'unchanged' : 'reloaded' }, 'ruleset swapped');

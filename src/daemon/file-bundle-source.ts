@@ -17,6 +17,7 @@ export function bundleFiles(c: DaemonConfig): BundleFiles {
     geoip: c.geoip.country,
     asn: c.geoip.asn,
     managed: c.rules.managed,
+    missingData: c.missingData,
   };
 }
 

@@ -5,3 +5,4 @@ export { bundleSourceFor, type BundleSource } from './bundle-source.js';
 export { FileBundleSource, bundleFiles } from './file-bundle-source.js';
 export { daemonMetrics } from './metrics.js';
 export { DropRecorder, type DropRecorderOptions } from './drop-recorder.js';
+export { preflight, interfaceNames, effectiveCapabilities } from './preflight.js';

@@ -125,6 +125,24 @@ describe('moat replay', () => {
     expect(renderSummary({ ...summary, packets: 999 })[0]).toBe('999 packets, 300,000 bytes from 1 file in 0.50 s');
   });
 
+  it('warns, naming the rule, about country and ASN rules without databases and lists not given; --strict makes it an error', async () => {
+    const { pcap, rules } = files();
+    const warn = await moat('replay', pcap, ...rules, '--geoip', COUNTRY_DB);
+    expect(warn.code).toBe(0);
+    expect(warn.stderr.split('\n')).toEqual([
+      'moat: warning 5011: account ruleset, rule 4 (block-malware): reads $svc.malware but that list is not given (lists; replay: --list NAME=FILE): the rule never matches as written',
+      'moat: warning 5011: zone ruleset, rule 0 (block-asn): reads ip.src.asnum but no GeoIP ASN database is given (geoip.asn; replay: --asn): the rule never matches as written',
+    ]);
+    expect(warn.stdout).toMatch(/^8 packets/);
+    const strict = await moat('replay', pcap, ...rules, '--geoip', COUNTRY_DB, '--strict');
+    expect(strict.code).toBe(1);
+    expect(strict.stderr.split('\n').map((l) => l.replace(/ \(.*$/, ''))).toEqual(['moat: error 5011: account ruleset, rule 4', 'moat: error 5011: zone ruleset, rule 0']);
+    expect(strict.stdout).toBe('');
+    // Everything given: silent, and --strict accepts it.
+    const all = await moat('replay', pcap, ...rules, '--strict', '--list', `svc.malware=${join(dir, 'malware.txt')}`, '--geoip', COUNTRY_DB, '--asn', ASN_DB);
+    expect([all.code, all.stderr]).toEqual([0, '']);
+  });
+
   it('writes a valid empty capture for --drop and --pass when no packet went there, as tcpdump does', async () => {
     const { pcap } = files();
     writeFileSync(join(dir, 'none.json'), JSON.stringify({ rules: [{ action: 'block', expression: 'tcp.dstport == 9' }] }));
@@ -174,7 +192,7 @@ describe('moat replay', () => {
     const whole = readFileSync(pcap);
     const cut = join(dir, 'cut.pcap');
     writeFileSync(cut, whole.subarray(0, whole.length - 10));
-    const r = await moat('replay', cut, ...rules, '--json');
+    const r = await moat('replay', cut, ...rules, '--json', '--list', `svc.malware=${join(dir, 'malware.txt')}`, '--geoip', COUNTRY_DB, '--asn', ASN_DB);
     expect(r.code).toBe(1);
     expect(JSON.parse(r.stdout).packets).toBe(7);
     expect(r.stderr).toMatch(new RegExp(`^moat: error 300\\d: ${cut}.*byte \\d+`));

@@ -7,7 +7,7 @@ import type { Command } from 'commander';
 import { PacketBatch, PcapReader, PcapWriter, fdSink } from '../../capture/index.js';
 import { BundleError, loadBundle, PacketPath, type Evaluator, type UndecodablePolicy } from '../../engine/index.js';
 import { MoatError } from '../../errors/index.js';
-import { CliError, reportError, type Output } from '../output.js';
+import { CliError, formatWarning, reportError, type Output } from '../output.js';
 
 interface ReplayFlags {
   rules: string[];
@@ -23,6 +23,7 @@ interface ReplayFlags {
   coloRegion?: string;
   undecodable: string;
   progress: boolean;
+  strict?: boolean;
 }
 
 const collect = (v: string, all: string[]): string[] => [...all, v];
@@ -46,6 +47,7 @@ export function registerReplay(program: Command, out: Output): void {
     .option('--colo-region <region>', 'value of cf.colo.region')
     .option('--undecodable <policy>', 'what to do with frames whose IP header cannot be read: pass or drop', 'pass')
     .option('--no-progress', 'no progress bar on a terminal')
+    .option('--strict', 'a rule reading a country or AS number with no --geoip/--asn, or a list with no --list, is an error (code 5011), not a warning')
     .action((captures: string[], flags: ReplayFlags) => replay(captures, flags, out));
 }
 
@@ -59,11 +61,12 @@ function replay(captures: string[], flags: ReplayFlags, out: Output): void {
   });
   let loaded;
   try {
-    loaded = loadBundle({ rules: flags.rules, lists, geoip: flags.geoip, asn: flags.asn, managed: flags.managed });
+    loaded = loadBundle({ rules: flags.rules, lists, geoip: flags.geoip, asn: flags.asn, managed: flags.managed, missingData: flags.strict === true ? 'error' : 'warn' });
   } catch (err) {
     if (err instanceof BundleError && reportError(out, err)) return;
     throw err;
   }
+  for (const e of loaded.missing) out.stderr(formatWarning(e));
   const path = new PacketPath(loaded.evaluator, {
     table: loaded.table,
     colo: { name: flags.coloName, region: flags.coloRegion },
