@@ -8,7 +8,7 @@ import { createServer, type Server } from 'node:http';
 import type { Logger } from 'pino';
 import type { FrameSource } from '../capture/index.js';
 import type { DaemonConfig } from '../config/index.js';
-import { BundleError, BundleLoader, PacketPath, PathCounters, type Evaluator, type LoadedBundle } from '../engine/index.js';
+import { BundleError, BundleLoader, FrameInspector, PacketPath, PathCounters, type Evaluator, type LoadedBundle } from '../engine/index.js';
 import { MoatError } from '../errors/index.js';
 import { bundleSourceFor, type BundleSource } from './bundle-source.js';
 import { DropRecorder } from './drop-recorder.js';
@@ -48,6 +48,8 @@ export class Daemon {
   private readonly signalHandlers: Array<[NodeJS.Signals, () => void]> = [];
   /** Keeps the address table across reloads that leave lists and databases unchanged (see BundleLoader). */
   private readonly loader = new BundleLoader();
+  /** Decodes a dropped packet for its log line (the packet path decodes only what the rules read). */
+  private readonly inspector = new FrameInspector();
 
   /** `bundles`: where bundles come from; by default the source the configuration names (bundleSourceFor). */
   constructor(
@@ -114,7 +116,7 @@ export class Daemon {
       }
       if (drop) {
         if (this.recorder !== undefined) this.recordDrop(frame, length);
-        if (this.config.log.drops) this.logDrop(port);
+        if (this.config.log.drops) this.logDrop(port, frame, length);
       } else if (port.peer !== null) {
         port.peer.source.send(frame, length);
       }
@@ -130,7 +132,10 @@ export class Daemon {
     }
   }
 
-  private logDrop(port: Port): void {
+  // A line per dropped packet (at most 100 a second): the packet (addresses,
+  // protocol, ports, the interface it came in on and, inline, the one it was
+  // not sent out of) and the rule. In monitor mode nothing is dropped: "would drop".
+  private logDrop(port: Port, frame: Buffer, length: number): void {
     const now = Math.floor(Date.now() / 1000);
     if (now !== this.dropLogWindow) {
       this.dropLogWindow = now;
@@ -139,7 +144,25 @@ export class Daemon {
     if (++this.dropLogCount > 100) return;
     const p = port.path;
     const rule = p.lastRule >= 0 ? p.evaluator.rules[p.lastRule] : undefined;
-    this.log.info({ interface: port.name, rule: rule?.rule.id ?? (rule ? `${rule.level}#${rule.index}` : null), ruleset: rule?.level ?? null }, 'dropped');
+    const ruleId = rule === undefined ? null : (rule.rule.id ?? `${rule.level}#${rule.index}`);
+    const description = rule?.rule.description?.trim() || undefined;
+    const pkt = this.inspector.describe(frame, length, port.source.linkType);
+    const verb = this.config.mode === 'monitor' ? 'would drop' : 'dropped';
+    const where = (addr: string, port?: number) => (port === undefined ? addr : addr.includes(':') ? `[${addr}]:${port}` : `${addr}:${port}`);
+    const what = pkt === undefined ? 'a frame' : `${pkt.protocol} ${where(pkt.src, pkt.srcPort)} -> ${where(pkt.dst, pkt.dstPort)}`;
+    const why = rule === undefined ? (p.lastRule === -1 ? 'by policy (undecodable or evaluation error)' : '') : `by rule ${ruleId}${description === undefined ? '' : ` "${description}"`}`;
+    this.log.info(
+      {
+        action: verb === 'dropped' ? 'drop' : 'would_drop',
+        interface: port.name,
+        ...(port.peer === null ? {} : { direction: `${port.name} -> ${port.peer.name}` }),
+        ...(pkt ?? {}),
+        rule: ruleId,
+        ruleset: rule?.level ?? null,
+        ...(description === undefined ? {} : { description }),
+      },
+      `${verb} ${what} on ${port.name} ${why}`.trimEnd(),
+    );
   }
 
   private pathFor(bundle: LoadedBundle, counters: PathCounters, warm: boolean): PacketPath {

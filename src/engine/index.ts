@@ -20,3 +20,4 @@ export { PathCounters } from './path-counters.js';
 export { tableLists } from './table-lists.js';
 export { BundleLoader, loadBundle, type BundleFiles, type LoadedBundle } from './load.js';
 export { missingData, type MissingDataPolicy, type GivenData } from './missing-data.js';
+export { FrameInspector, type FrameSummary } from './frame-inspect.js';
