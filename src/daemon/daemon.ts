@@ -7,7 +7,7 @@
 import { createServer, type Server } from 'node:http';
 import type { Logger } from 'pino';
 import type { FrameSource } from '../capture/index.js';
-import type { DaemonConfig } from '../config/index.js';
+import { loadDaemonConfig, type DaemonConfig } from '../config/index.js';
 import { BundleError, BundleLoader, FrameInspector, PacketPath, PathCounters, type Evaluator, type LoadedBundle } from '../engine/index.js';
 import { MoatError } from '../errors/index.js';
 import { bundleSourceFor, type BundleSource } from './bundle-source.js';
@@ -28,6 +28,9 @@ export interface Port {
   /** The port frames that pass are sent out of (inline mode). */
   peer: Port | null;
 }
+
+/** Settings a running daemon cannot take from a reload: its captures, ports and listener are built from them. */
+export const RESTART_ONLY = ['mode', 'interfaces', 'capture', 'metrics', 'dropCapture'] as const satisfies ReadonlyArray<keyof DaemonConfig>;
 
 /** What the daemon is doing. */
 export type DaemonState = 'starting' | 'running' | 'stopping' | 'stopped';
@@ -51,13 +54,23 @@ export class Daemon {
   /** Decodes a dropped packet for its log line (the packet path decodes only what the rules read). */
   private readonly inspector = new FrameInspector();
 
-  /** `bundles`: where bundles come from; by default the source the configuration names (bundleSourceFor). */
+  /**
+   * `bundles`: where bundles come from; by default the source the configuration names (bundleSourceFor).
+   * `options.configFile`: the file `config` was read from; every reload reads it again (see reload).
+   * `options.override`: settings that win over the file's at every reading (the command line's --strict).
+   */
   constructor(
-    readonly config: DaemonConfig,
+    public config: DaemonConfig,
     private readonly log: Logger,
     private readonly openSource: SourceOpener,
-    readonly bundles: BundleSource = bundleSourceFor(config),
-  ) {}
+    bundles?: BundleSource,
+    private readonly options: { configFile?: string | undefined; override?: Partial<DaemonConfig> | undefined } = {},
+  ) {
+    this.bundles = bundles ?? bundleSourceFor(config, options.configFile);
+  }
+
+  /** Where bundles come from. */
+  readonly bundles: BundleSource;
 
   /** Loads the bundle, opens the captures, starts metrics and the bundle source. Throws on a bad start. */
   async start(): Promise<void> {
@@ -101,7 +114,6 @@ export class Daemon {
   // The per-frame handler of a port: judge, record, forward. It never throws:
   // an exception on one packet is counted and handled per `onError`.
   private handler(port: Port): (frame: Buffer, length: number) => void {
-    const onErrorDrop = this.config.onError === 'drop';
     const linkType = port.source.linkType;
     return (frame, length) => {
       let drop: boolean;
@@ -112,7 +124,7 @@ export class Daemon {
         if (this.packetErrors <= 10 || this.packetErrors % 10000 === 0) {
           this.log.error({ err, interface: port.name, count: this.packetErrors }, 'packet evaluation failed');
         }
-        drop = onErrorDrop;
+        drop = this.config.onError === 'drop';
       }
       if (drop) {
         if (this.recorder !== undefined) this.recordDrop(frame, length);
@@ -200,20 +212,56 @@ export class Daemon {
     }
   }
 
-  /** Loads the source's bundle again and swaps it in; on failure keeps the running bundle. */
+  /**
+   * Loads the source's bundle again and swaps it in; on failure keeps the running bundle.
+   * With a configuration file, reads it again first, whole: what can change
+   * while running (rules, lists, GeoIP, colo, logs, onError, undecodable,
+   * missingData, watch) applies with the new bundle; what needs a restart
+   * (RESTART_ONLY) is refused with a log line (code 5013) and the rest applies.
+   * A file that does not validate, or whose bundle does not load, changes nothing.
+   */
   reload(reason: string): boolean {
     if (this.state !== 'running') return false;
+    let next = this.config;
+    const previous = this.config;
+    try {
+      if (this.options.configFile !== undefined) next = this.reread(this.options.configFile);
+      if (next !== previous) this.bundles.reconfigure?.(next);
+    } catch (err) {
+      this.reloadFailures++;
+      this.log.error({ reason, err: err instanceof MoatError ? { code: err.code, message: err.message } : err, version: this.version }, 'reload rejected: the configuration file is invalid; the running configuration and ruleset stay');
+      return false;
+    }
     let bundle: LoadedBundle;
     try {
       bundle = this.load();
     } catch (err) {
+      if (next !== previous) this.bundles.reconfigure?.(previous);
       this.reloadFailures++;
       const errors = err instanceof BundleError ? err.errors.map((e) => ({ code: e.code, message: e.message, pointer: e.pointer })) : undefined;
       this.log.error({ reason, errors, err: err instanceof BundleError ? undefined : err instanceof MoatError ? { code: err.code, message: err.message } : err, version: this.version }, 'reload rejected; the running ruleset stays');
       return false;
     }
+    if (next !== previous) {
+      this.config = next;
+      if (next.log.level !== previous.log.level) this.log.level = next.log.level;
+    }
     this.swapIn(bundle, reason);
     return true;
+  }
+
+  // The configuration file read again, with the restart-only settings of the running one kept (and said).
+  private reread(file: string): DaemonConfig {
+    const read = loadDaemonConfig(file);
+    const fresh: DaemonConfig = { ...read, ...this.options.override };
+    const changed = RESTART_ONLY.filter((k) => JSON.stringify(fresh[k]) !== JSON.stringify(this.config[k]));
+    if (changed.length > 0) {
+      const e = new MoatError('RELOAD_NEEDS_RESTART', `${file}: ${changed.join(', ')} changed: ${changed.length === 1 ? 'it takes' : 'they take'} effect only after a restart; not applied (the rest of the configuration is)`);
+      this.log.warn({ code: e.code, keys: changed }, e.message);
+    }
+    const kept: Record<string, unknown> = { ...fresh };
+    for (const k of RESTART_ONLY) kept[k] = this.config[k];
+    return Object.freeze(kept) as DaemonConfig;
   }
 
   private listen(): Promise<void> {

@@ -25,8 +25,8 @@ export function registerDaemon(program: Command, out: Output): void {
     .option('--check', 'check what a start checks (configuration, rules, interfaces, capabilities, metrics address, drop capture path), then exit')
     .option('--strict', 'a rule reading GeoIP data or a list the configuration does not give is an error (as "missingData": "error")')
     .action(async (flags: DaemonFlags) => {
-      let config: DaemonConfig = loadDaemonConfig(flags.config);
-      if (flags.strict === true) config = { ...config, missingData: 'error' };
+      const override: Partial<DaemonConfig> = flags.strict === true ? { missingData: 'error' } : {};
+      const config: DaemonConfig = { ...loadDaemonConfig(flags.config), ...override };
       // The host first: a start that cannot capture fails here, with one coded line per reason.
       const host = await preflight(config);
       if (flags.check === true) {
@@ -52,7 +52,7 @@ export function registerDaemon(program: Command, out: Output): void {
         return;
       }
       const log = pino({ level: config.log.level, base: { service: 'moat-daemon' } });
-      const daemon = new Daemon(config, log, (iface, o) => LiveCapture.open(iface, o), bundleSourceFor(config));
+      const daemon = new Daemon(config, log, (iface, o) => LiveCapture.open(iface, o), bundleSourceFor(config, flags.config), { configFile: flags.config, override });
       try {
         await daemon.start();
       } catch (err) {
