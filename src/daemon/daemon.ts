@@ -27,6 +27,11 @@ export interface Port {
   path: PacketPath;
   /** The port frames that pass are sent out of (inline mode). */
   peer: Port | null;
+  /** Forwarded frames until the next checksum sample (config.checksumSample). */
+  checksumCountdown: number;
+  /** Forwarded frames whose TCP/UDP checksum was verified, and those found bad. */
+  checksumSampled: number;
+  badChecksums: number;
 }
 
 /** Settings a running daemon cannot take from a reload: its captures, ports and listener are built from them. */
@@ -48,6 +53,7 @@ export class Daemon {
   private recorder: DropRecorder | undefined;
   private dropLogWindow = 0;
   private dropLogCount = 0;
+  private badChecksumLoggedAt = -Infinity;
   private readonly signalHandlers: Array<[NodeJS.Signals, () => void]> = [];
   /** Keeps the address table across reloads that leave lists and databases unchanged (see BundleLoader). */
   private readonly loader = new BundleLoader();
@@ -79,7 +85,7 @@ export class Daemon {
     const sources = c.interfaces.map((name) => this.openSource(name, { ringBytes: c.capture.ringBytes, filter: c.capture.filter }));
     this.ports = sources.map((source) => {
       const counters = new PathCounters();
-      return { name: source.iface, source, counters, path: this.pathFor(bundle, counters, false), peer: null };
+      return { name: source.iface, source, counters, path: this.pathFor(bundle, counters, false), peer: null, checksumCountdown: this.sampleEvery(), checksumSampled: 0, badChecksums: 0 };
     });
     if (c.mode === 'inline') {
       this.ports[0]!.peer = this.ports[1]!;
@@ -130,9 +136,37 @@ export class Daemon {
         if (this.recorder !== undefined) this.recordDrop(frame, length);
         if (this.config.log.drops) this.logDrop(port, frame, length);
       } else if (port.peer !== null) {
+        if (--port.checksumCountdown <= 0) this.sampleChecksum(port, frame, length);
         port.peer.source.send(frame, length);
       }
     };
+  }
+
+  private sampleEvery(): number {
+    return this.config.checksumSample > 0 ? this.config.checksumSample : Infinity;
+  }
+
+  // One forwarded frame in checksumSample: a bad TCP/UDP checksum is counted,
+  // and said at most once a minute (what it usually means: see README, offloads).
+  private sampleChecksum(port: Port, frame: Buffer, length: number): void {
+    port.checksumCountdown = this.sampleEvery();
+    const ok = this.inspector.checksumOk(frame, length, port.source.linkType);
+    if (ok === undefined) {
+      port.checksumCountdown = 1; // not verifiable (not TCP/UDP, a fragment): sample the next frame instead
+      return;
+    }
+    port.checksumSampled++;
+    if (ok) return;
+    port.badChecksums++;
+    const now = Date.now();
+    if (now - this.badChecksumLoggedAt >= 60_000) {
+      this.badChecksumLoggedAt = now;
+      const pkt = this.inspector.describe(frame, length, port.source.linkType);
+      this.log.warn(
+        { interface: port.name, direction: `${port.name} -> ${port.peer!.name}`, ...(pkt ?? {}), sampled: port.checksumSampled, bad: port.badChecksums },
+        `forwarded a frame with a bad ${pkt?.protocol ?? 'TCP/UDP'} checksum (sampled 1 in ${this.config.checksumSample}): an end host with transmit checksum offload on a veth (ethtool -K IF tx off on it), or damage on the wire; the receiver drops such frames`,
+      );
+    }
   }
 
   private recordDrop(frame: Buffer, length: number): void {
@@ -245,6 +279,7 @@ export class Daemon {
     if (next !== previous) {
       this.config = next;
       if (next.log.level !== previous.log.level) this.log.level = next.log.level;
+      for (const p of this.ports) p.checksumCountdown = Math.min(p.checksumCountdown, this.sampleEvery());
     }
     this.swapIn(bundle, reason);
     return true;
