@@ -52,6 +52,9 @@ export function formatWarning(e: MoatError): string {
 /** The coded errors an error stands for: itself, or the list a BundleError or ApiErrors carries. */
 export function codedErrors(err: unknown): readonly MoatError[] | undefined {
   if (err instanceof MoatError) return [err];
+  // A failed system call (a directory that cannot be created, a file that cannot be written): its own message.
+  const sys = err as NodeJS.ErrnoException | null;
+  if (err instanceof Error && typeof sys?.syscall === 'string' && typeof sys.code === 'string') return [new MoatError('CLI_SYSTEM', err.message, { cause: err })];
   const list = (err as { errors?: unknown } | null)?.errors;
   if (err instanceof Error && Array.isArray(list) && list.length > 0 && list.every((e) => e instanceof MoatError)) return list as MoatError[];
   return undefined;

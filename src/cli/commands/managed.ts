@@ -23,7 +23,7 @@ export function registerManaged(program: Command, out: Output): void {
       try {
         doc = JSON.parse(readFileSync(flags.file, 'utf8'));
       } catch (err) {
-        throw new CliError(`${flags.file}: ${(err as NodeJS.ErrnoException).code ?? (err as Error).message}`);
+        throw new CliError(`${flags.file}: ${(err as NodeJS.ErrnoException).code ?? (err as Error).message}`, 'RULESET_BAD_JSON');
       }
       const store = Database.open(flags.dataDir);
       try {
