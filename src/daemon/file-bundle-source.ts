@@ -37,9 +37,11 @@ export class FileBundleSource implements BundleSource {
   ) {}
 
   reconfigure(config: DaemonConfig): void {
+    const watched = () => JSON.stringify([this.config.watch, this.files()]);
+    const before = watched();
     this.config = config;
-    // The files to watch may have changed with it.
-    if (this.onChange !== undefined && this.log !== undefined) {
+    // The files to watch may have changed with it (only then are the watchers replaced: none is missed meanwhile).
+    if (this.onChange !== undefined && this.log !== undefined && watched() !== before) {
       this.closeWatchers();
       if (config.watch) this.watchFiles(this.onChange, this.log);
     }
