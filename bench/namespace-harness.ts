@@ -304,7 +304,7 @@ export function ruleHits(m: Metrics): string[] {
 export function dropReport(dir: string, daemonLines: readonly string[]): string[] {
   const byRule = new Map<string, number>();
   for (const l of daemonLines) {
-    if (!l.includes('"msg":"dropped"')) continue;
+    if (!/"action":"(drop|would_drop)"/.test(l)) continue;
     const rule = /"rule":("[^"]*"|null)/.exec(l)?.[1] ?? '?';
     byRule.set(rule, (byRule.get(rule) ?? 0) + 1);
   }

@@ -11,8 +11,7 @@ import { registerUsers } from './commands/users.js';
 import { registerTokens } from './commands/tokens.js';
 import { registerManaged } from './commands/managed.js';
 import { registerExport } from './commands/export.js';
-import { MoatError } from '../errors/index.js';
-import { CliError, type Output } from './output.js';
+import { CliError, formatError, reportError, type Output } from './output.js';
 import { moatVersion } from './version.js';
 
 /** Runs the CLI with `argv` (without node and script) and returns the exit code. */
@@ -26,6 +25,8 @@ export async function runCli(argv: readonly string[], out: Output): Promise<numb
     .configureOutput({
       writeOut: (s) => out.stdout(s.replace(/\n$/, '')),
       writeErr: (s) => out.stderr(s.replace(/\n$/, '')),
+      // Commander's own errors (unknown option, missing argument) carry the usage code too.
+      outputError: (s, write) => write(formatError(new CliError(s.replace(/^error: /, '').replace(/\n$/, ''))) + '\n'),
     });
   registerCheck(program, out);
   registerReplay(program, out);
@@ -41,14 +42,7 @@ export async function runCli(argv: readonly string[], out: Output): Promise<numb
     return out.exitCode;
   } catch (err) {
     if (err instanceof CommanderError) return err.exitCode === 0 ? 0 : 2;
-    if (err instanceof CliError) {
-      out.stderr(`moat: ${err.message}`);
-      return 2;
-    }
-    if (err instanceof MoatError) {
-      out.stderr(`moat: error ${err.code}: ${err.message}`);
-      return 1;
-    }
+    if (reportError(out, err)) return out.exitCode;
     throw err;
   }
 }

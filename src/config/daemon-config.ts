@@ -59,6 +59,8 @@ const schema = z.strictObject({
   onError: z.enum(['pass', 'drop']).default('pass'),
   /** What to do with a frame whose IP header cannot be read. */
   undecodable: z.enum(['pass', 'drop']).default('pass'),
+  /** A rule reading GeoIP data or a list the configuration does not give: log it (warn) or refuse the bundle (error). */
+  missingData: z.enum(['warn', 'error']).default('warn'),
   /** Optional: write dropped packets to a size-capped, rotating pcap file. */
   dropCapture: z
     .strictObject({
@@ -69,6 +71,12 @@ const schema = z.strictObject({
       files: z.number().int().min(1).max(100).default(4),
     })
     .optional(),
+  /**
+   * Verify the TCP/UDP checksum of 1 in N forwarded frames (inline), counted in
+   * moat_checksum_sampled_total and moat_bad_checksum_sampled_total; 0: off.
+   * Bad ones are usually an end host's checksum offload on a veth lab.
+   */
+  checksumSample: z.number().int().min(0).max(1_000_000).default(1000),
   /** Reload when the ruleset, list or GeoIP files change (SIGHUP always reloads). */
   watch: z.boolean().default(true),
 });

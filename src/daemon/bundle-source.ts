@@ -25,9 +25,11 @@ export interface BundleSource {
   start(onChange: (reason: string) => void, log: Logger): void;
   /** Stops telling of changes. Idempotent, and safe when start() was never called. */
   stop(): void;
+  /** Takes the configuration a reload read (and back, when its bundle is rejected). */
+  reconfigure?(config: DaemonConfig): void;
 }
 
-/** The bundle source a configuration names. */
-export function bundleSourceFor(config: DaemonConfig): BundleSource {
-  return new FileBundleSource(config);
+/** The bundle source a configuration names; `configFile` (the file it was read from) is watched too. */
+export function bundleSourceFor(config: DaemonConfig, configFile?: string): BundleSource {
+  return new FileBundleSource(config, configFile);
 }

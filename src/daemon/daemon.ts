@@ -7,8 +7,8 @@
 import { createServer, type Server } from 'node:http';
 import type { Logger } from 'pino';
 import type { FrameSource } from '../capture/index.js';
-import type { DaemonConfig } from '../config/index.js';
-import { BundleError, BundleLoader, PacketPath, PathCounters, type Evaluator, type LoadedBundle } from '../engine/index.js';
+import { loadDaemonConfig, type DaemonConfig } from '../config/index.js';
+import { BundleError, BundleLoader, FrameInspector, PacketPath, PathCounters, type Evaluator, type LoadedBundle } from '../engine/index.js';
 import { MoatError } from '../errors/index.js';
 import { bundleSourceFor, type BundleSource } from './bundle-source.js';
 import { DropRecorder } from './drop-recorder.js';
@@ -27,7 +27,15 @@ export interface Port {
   path: PacketPath;
   /** The port frames that pass are sent out of (inline mode). */
   peer: Port | null;
+  /** Forwarded frames until the next checksum sample (config.checksumSample). */
+  checksumCountdown: number;
+  /** Forwarded frames whose TCP/UDP checksum was verified, and those found bad. */
+  checksumSampled: number;
+  badChecksums: number;
 }
+
+/** Settings a running daemon cannot take from a reload: its captures, ports and listener are built from them. */
+export const RESTART_ONLY = ['mode', 'interfaces', 'capture', 'metrics', 'dropCapture'] as const satisfies ReadonlyArray<keyof DaemonConfig>;
 
 /** What the daemon is doing. */
 export type DaemonState = 'starting' | 'running' | 'stopping' | 'stopped';
@@ -45,17 +53,30 @@ export class Daemon {
   private recorder: DropRecorder | undefined;
   private dropLogWindow = 0;
   private dropLogCount = 0;
+  private badChecksumLoggedAt = -Infinity;
   private readonly signalHandlers: Array<[NodeJS.Signals, () => void]> = [];
   /** Keeps the address table across reloads that leave lists and databases unchanged (see BundleLoader). */
   private readonly loader = new BundleLoader();
+  /** Decodes a dropped packet for its log line (the packet path decodes only what the rules read). */
+  private readonly inspector = new FrameInspector();
 
-  /** `bundles`: where bundles come from; by default the source the configuration names (bundleSourceFor). */
+  /**
+   * `bundles`: where bundles come from; by default the source the configuration names (bundleSourceFor).
+   * `options.configFile`: the file `config` was read from; every reload reads it again (see reload).
+   * `options.override`: settings that win over the file's at every reading (the command line's --strict).
+   */
   constructor(
-    readonly config: DaemonConfig,
+    public config: DaemonConfig,
     private readonly log: Logger,
     private readonly openSource: SourceOpener,
-    readonly bundles: BundleSource = bundleSourceFor(config),
-  ) {}
+    bundles?: BundleSource,
+    private readonly options: { configFile?: string | undefined; override?: Partial<DaemonConfig> | undefined } = {},
+  ) {
+    this.bundles = bundles ?? bundleSourceFor(config, options.configFile);
+  }
+
+  /** Where bundles come from. */
+  readonly bundles: BundleSource;
 
   /** Loads the bundle, opens the captures, starts metrics and the bundle source. Throws on a bad start. */
   async start(): Promise<void> {
@@ -64,7 +85,7 @@ export class Daemon {
     const sources = c.interfaces.map((name) => this.openSource(name, { ringBytes: c.capture.ringBytes, filter: c.capture.filter }));
     this.ports = sources.map((source) => {
       const counters = new PathCounters();
-      return { name: source.iface, source, counters, path: this.pathFor(bundle, counters, false), peer: null };
+      return { name: source.iface, source, counters, path: this.pathFor(bundle, counters, false), peer: null, checksumCountdown: this.sampleEvery(), checksumSampled: 0, badChecksums: 0 };
     });
     if (c.mode === 'inline') {
       this.ports[0]!.peer = this.ports[1]!;
@@ -99,7 +120,6 @@ export class Daemon {
   // The per-frame handler of a port: judge, record, forward. It never throws:
   // an exception on one packet is counted and handled per `onError`.
   private handler(port: Port): (frame: Buffer, length: number) => void {
-    const onErrorDrop = this.config.onError === 'drop';
     const linkType = port.source.linkType;
     return (frame, length) => {
       let drop: boolean;
@@ -110,15 +130,43 @@ export class Daemon {
         if (this.packetErrors <= 10 || this.packetErrors % 10000 === 0) {
           this.log.error({ err, interface: port.name, count: this.packetErrors }, 'packet evaluation failed');
         }
-        drop = onErrorDrop;
+        drop = this.config.onError === 'drop';
       }
       if (drop) {
         if (this.recorder !== undefined) this.recordDrop(frame, length);
-        if (this.config.log.drops) this.logDrop(port);
+        if (this.config.log.drops) this.logDrop(port, frame, length);
       } else if (port.peer !== null) {
+        if (--port.checksumCountdown <= 0) this.sampleChecksum(port, frame, length);
         port.peer.source.send(frame, length);
       }
     };
+  }
+
+  private sampleEvery(): number {
+    return this.config.checksumSample > 0 ? this.config.checksumSample : Infinity;
+  }
+
+  // One forwarded frame in checksumSample: a bad TCP/UDP checksum is counted,
+  // and said at most once a minute (what it usually means: see README, offloads).
+  private sampleChecksum(port: Port, frame: Buffer, length: number): void {
+    port.checksumCountdown = this.sampleEvery();
+    const ok = this.inspector.checksumOk(frame, length, port.source.linkType);
+    if (ok === undefined) {
+      port.checksumCountdown = 1; // not verifiable (not TCP/UDP, a fragment): sample the next frame instead
+      return;
+    }
+    port.checksumSampled++;
+    if (ok) return;
+    port.badChecksums++;
+    const now = Date.now();
+    if (now - this.badChecksumLoggedAt >= 60_000) {
+      this.badChecksumLoggedAt = now;
+      const pkt = this.inspector.describe(frame, length, port.source.linkType);
+      this.log.warn(
+        { interface: port.name, direction: `${port.name} -> ${port.peer!.name}`, ...(pkt ?? {}), sampled: port.checksumSampled, bad: port.badChecksums },
+        `forwarded a frame with a bad ${pkt?.protocol ?? 'TCP/UDP'} checksum (sampled 1 in ${this.config.checksumSample}): an end host with transmit checksum offload on a veth (ethtool -K IF tx off on it), or damage on the wire; the receiver drops such frames`,
+      );
+    }
   }
 
   private recordDrop(frame: Buffer, length: number): void {
@@ -130,7 +178,10 @@ export class Daemon {
     }
   }
 
-  private logDrop(port: Port): void {
+  // A line per dropped packet (at most 100 a second): the packet (addresses,
+  // protocol, ports, the interface it came in on and, inline, the one it was
+  // not sent out of) and the rule. In monitor mode nothing is dropped: "would drop".
+  private logDrop(port: Port, frame: Buffer, length: number): void {
     const now = Math.floor(Date.now() / 1000);
     if (now !== this.dropLogWindow) {
       this.dropLogWindow = now;
@@ -139,7 +190,25 @@ export class Daemon {
     if (++this.dropLogCount > 100) return;
     const p = port.path;
     const rule = p.lastRule >= 0 ? p.evaluator.rules[p.lastRule] : undefined;
-    this.log.info({ interface: port.name, rule: rule?.rule.id ?? (rule ? `${rule.level}#${rule.index}` : null), ruleset: rule?.level ?? null }, 'dropped');
+    const ruleId = rule === undefined ? null : (rule.rule.id ?? `${rule.level}#${rule.index}`);
+    const description = rule?.rule.description?.trim() || undefined;
+    const pkt = this.inspector.describe(frame, length, port.source.linkType);
+    const verb = this.config.mode === 'monitor' ? 'would drop' : 'dropped';
+    const where = (addr: string, port?: number) => (port === undefined ? addr : addr.includes(':') ? `[${addr}]:${port}` : `${addr}:${port}`);
+    const what = pkt === undefined ? 'a frame' : `${pkt.protocol} ${where(pkt.src, pkt.srcPort)} -> ${where(pkt.dst, pkt.dstPort)}`;
+    const why = rule === undefined ? (p.lastRule === -1 ? 'by policy (undecodable or evaluation error)' : '') : `by rule ${ruleId}${description === undefined ? '' : ` "${description}"`}`;
+    this.log.info(
+      {
+        action: verb === 'dropped' ? 'drop' : 'would_drop',
+        interface: port.name,
+        ...(port.peer === null ? {} : { direction: `${port.name} -> ${port.peer.name}` }),
+        ...(pkt ?? {}),
+        rule: ruleId,
+        ruleset: rule?.level ?? null,
+        ...(description === undefined ? {} : { description }),
+      },
+      `${verb} ${what} on ${port.name} ${why}`.trimEnd(),
+    );
   }
 
   private pathFor(bundle: LoadedBundle, counters: PathCounters, warm: boolean): PacketPath {
@@ -169,26 +238,65 @@ export class Daemon {
     this.ports.forEach((port, i) => (port.path = paths[i]!));
     this.evaluator = bundle.evaluator;
     this.version = this.versionOf(bundle);
+    // At start and at every reload: a rule that reads data not given never matches as written.
+    for (const e of bundle.missing) this.log.warn({ code: e.code, reason }, e.message);
     if (reason !== 'start') {
       this.swaps++;
       this.log.info({ version: this.version, reason, rules: bundle.evaluator.rules.length, listsAndGeoIp: bundle.tableReused ? 'unchanged' : 'reloaded' }, 'ruleset swapped');
     }
   }
 
-  /** Loads the source's bundle again and swaps it in; on failure keeps the running bundle. */
+  /**
+   * Loads the source's bundle again and swaps it in; on failure keeps the running bundle.
+   * With a configuration file, reads it again first, whole: what can change
+   * while running (rules, lists, GeoIP, colo, logs, onError, undecodable,
+   * missingData, watch) applies with the new bundle; what needs a restart
+   * (RESTART_ONLY) is refused with a log line (code 5013) and the rest applies.
+   * A file that does not validate, or whose bundle does not load, changes nothing.
+   */
   reload(reason: string): boolean {
     if (this.state !== 'running') return false;
+    let next = this.config;
+    const previous = this.config;
+    try {
+      if (this.options.configFile !== undefined) next = this.reread(this.options.configFile);
+      if (next !== previous) this.bundles.reconfigure?.(next);
+    } catch (err) {
+      this.reloadFailures++;
+      this.log.error({ reason, err: err instanceof MoatError ? { code: err.code, message: err.message } : err, version: this.version }, 'reload rejected: the configuration file is invalid; the running configuration and ruleset stay');
+      return false;
+    }
     let bundle: LoadedBundle;
     try {
       bundle = this.load();
     } catch (err) {
+      if (next !== previous) this.bundles.reconfigure?.(previous);
       this.reloadFailures++;
       const errors = err instanceof BundleError ? err.errors.map((e) => ({ code: e.code, message: e.message, pointer: e.pointer })) : undefined;
       this.log.error({ reason, errors, err: err instanceof BundleError ? undefined : err instanceof MoatError ? { code: err.code, message: err.message } : err, version: this.version }, 'reload rejected; the running ruleset stays');
       return false;
     }
+    if (next !== previous) {
+      this.config = next;
+      if (next.log.level !== previous.log.level) this.log.level = next.log.level;
+      for (const p of this.ports) p.checksumCountdown = Math.min(p.checksumCountdown, this.sampleEvery());
+    }
     this.swapIn(bundle, reason);
     return true;
+  }
+
+  // The configuration file read again, with the restart-only settings of the running one kept (and said).
+  private reread(file: string): DaemonConfig {
+    const read = loadDaemonConfig(file);
+    const fresh: DaemonConfig = { ...read, ...this.options.override };
+    const changed = RESTART_ONLY.filter((k) => JSON.stringify(fresh[k]) !== JSON.stringify(this.config[k]));
+    if (changed.length > 0) {
+      const e = new MoatError('RELOAD_NEEDS_RESTART', `${file}: ${changed.join(', ')} changed: ${changed.length === 1 ? 'it takes' : 'they take'} effect only after a restart; not applied (the rest of the configuration is)`);
+      this.log.warn({ code: e.code, keys: changed }, e.message);
+    }
+    const kept: Record<string, unknown> = { ...fresh };
+    for (const k of RESTART_ONLY) kept[k] = this.config[k];
+    return Object.freeze(kept) as DaemonConfig;
   }
 
   private listen(): Promise<void> {

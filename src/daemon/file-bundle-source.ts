@@ -3,7 +3,7 @@
 // or on SIGHUP.
 
 import { watch, type FSWatcher } from 'node:fs';
-import { basename, dirname } from 'node:path';
+import { basename, dirname, resolve } from 'node:path';
 import type { Logger } from 'pino';
 import type { DaemonConfig } from '../config/index.js';
 import type { BundleFiles, BundleLoader, LoadedBundle } from '../engine/index.js';
@@ -17,6 +17,7 @@ export function bundleFiles(c: DaemonConfig): BundleFiles {
     geoip: c.geoip.country,
     asn: c.geoip.asn,
     managed: c.rules.managed,
+    missingData: c.missingData,
   };
 }
 
@@ -26,22 +27,47 @@ export class FileBundleSource implements BundleSource {
   private watchers: FSWatcher[] = [];
   private reloadTimer: NodeJS.Timeout | undefined;
   private sighup: (() => void) | undefined;
+  private onChange: ((reason: string) => void) | undefined;
+  private log: Logger | undefined;
 
-  constructor(private readonly config: DaemonConfig) {}
+  /** `configFile`: the configuration's own file, watched with the others (a reload reads it again). */
+  constructor(
+    private config: DaemonConfig,
+    private readonly configFile?: string,
+  ) {}
+
+  reconfigure(config: DaemonConfig): void {
+    const watched = () => JSON.stringify([this.config.watch, this.files()]);
+    const before = watched();
+    this.config = config;
+    // The files to watch may have changed with it (only then are the watchers replaced: none is missed meanwhile).
+    if (this.onChange !== undefined && this.log !== undefined && watched() !== before) {
+      this.closeWatchers();
+      if (config.watch) this.watchFiles(this.onChange, this.log);
+    }
+  }
 
   load(loader: BundleLoader): LoadedBundle {
     return loader.load(bundleFiles(this.config));
   }
 
   start(onChange: (reason: string) => void, log: Logger): void {
+    this.onChange = onChange;
+    this.log = log;
     if (this.config.watch) this.watchFiles(onChange, log);
     this.sighup = () => onChange('SIGHUP');
     process.on('SIGHUP', this.sighup);
   }
 
-  stop(): void {
+  private closeWatchers(): void {
     for (const w of this.watchers) w.close();
     this.watchers = [];
+  }
+
+  stop(): void {
+    this.closeWatchers();
+    this.onChange = undefined;
+    this.log = undefined;
     if (this.reloadTimer !== undefined) clearTimeout(this.reloadTimer);
     this.reloadTimer = undefined;
     if (this.sighup !== undefined) process.off('SIGHUP', this.sighup);
@@ -50,7 +76,7 @@ export class FileBundleSource implements BundleSource {
 
   private files(): string[] {
     const c = this.config;
-    return [c.rules.account, ...(c.rules.zone ? [c.rules.zone] : []), ...c.rules.managed, ...Object.values(c.lists), ...(c.geoip.country ? [c.geoip.country] : []), ...(c.geoip.asn ? [c.geoip.asn] : [])];
+    return [...(this.configFile === undefined ? [] : [resolve(this.configFile)]), c.rules.account, ...(c.rules.zone ? [c.rules.zone] : []), ...c.rules.managed, ...Object.values(c.lists), ...(c.geoip.country ? [c.geoip.country] : []), ...(c.geoip.asn ? [c.geoip.asn] : [])];
   }
 
   private watchFiles(onChange: (reason: string) => void, log: Logger): void {

@@ -1,7 +1,8 @@
 // Public face of the daemon: its life cycle, where its bundles come from (the
 // BundleSource seam, files today), metrics and drop recorder.
-export { Daemon, type Port, type DaemonState, type SourceOpener } from './daemon.js';
+export { Daemon, RESTART_ONLY, type Port, type DaemonState, type SourceOpener } from './daemon.js';
 export { bundleSourceFor, type BundleSource } from './bundle-source.js';
 export { FileBundleSource, bundleFiles } from './file-bundle-source.js';
 export { daemonMetrics } from './metrics.js';
 export { DropRecorder, type DropRecorderOptions } from './drop-recorder.js';
+export { preflight, interfaceNames, effectiveCapabilities } from './preflight.js';

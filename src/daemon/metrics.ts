@@ -67,6 +67,12 @@ export function daemonMetrics(d: Daemon): Registry {
   counter('moat_capture_send_errors_total', 'Frames the kernel refused to send (e.g. larger than the MTU).', ['interface'], (set) => {
     for (const p of d.ports) set({ interface: p.name }, p.source.stats.sendErrors);
   });
+  counter('moat_checksum_sampled_total', 'Forwarded frames whose TCP/UDP checksum was verified (1 in checksumSample).', ['interface'], (set) => {
+    for (const p of d.ports) set({ interface: p.name }, p.checksumSampled);
+  });
+  counter('moat_bad_checksum_sampled_total', 'Sampled forwarded frames with a bad TCP/UDP checksum (an end host\'s checksum offload on a veth, or damage).', ['interface'], (set) => {
+    for (const p of d.ports) set({ interface: p.name }, p.badChecksums);
+  });
   counter('moat_ruleset_swaps_total', 'Ruleset bundles swapped in since start.', [], (set) => set({}, d.swaps));
   counter('moat_ruleset_reload_failures_total', 'Reloads rejected (the running bundle stayed).', [], (set) => set({}, d.reloadFailures));
   new Gauge({

@@ -19,3 +19,5 @@ export { PacketPath, type PacketPathOptions, type UndecodablePolicy } from './pa
 export { PathCounters } from './path-counters.js';
 export { tableLists } from './table-lists.js';
 export { BundleLoader, loadBundle, type BundleFiles, type LoadedBundle } from './load.js';
+export { missingData, type MissingDataPolicy, type GivenData } from './missing-data.js';
+export { FrameInspector, type FrameSummary } from './frame-inspect.js';

@@ -12,7 +12,8 @@ import { canonicalListName, type Limits } from '../expr/index.js';
 import { geoIpFromBuffer, readGeoIpFileSync, type AsnTable, type CountryTable } from '../geoip/index.js';
 import { parseListText, readListFileSync, type IpRangeList } from '../net/index.js';
 import { AddressTable, MAX_LISTS, type AddressTableList } from '../table/index.js';
-import { compileBundle } from './compile-bundle.js';
+import { BundleError, compileBundle } from './compile-bundle.js';
+import { missingData, type MissingDataPolicy } from './missing-data.js';
 import type { Evaluator } from './evaluator.js';
 import { tableLists } from './table-lists.js';
 import { parseRuleset, type Ruleset } from './ruleset.js';
@@ -28,6 +29,12 @@ export interface BundleFiles {
   limits?: Partial<Limits> | undefined;
   /** Managed rulesets (JSON files with an id) that execute rules run. */
   managed?: readonly string[] | undefined;
+  /**
+   * A rule that reads a country or AS number with no database given, or a list
+   * with no file: `warn` (default) loads the bundle and names the rules in
+   * `missing`; `error` rejects the bundle with those errors (BundleError).
+   */
+  missingData?: MissingDataPolicy | undefined;
 }
 
 /** A loaded bundle. */
@@ -43,6 +50,8 @@ export interface LoadedBundle {
   readonly digest: string;
   /** Whether the address table is the one of the loader's previous load (lists and databases unchanged). */
   readonly tableReused: boolean;
+  /** Rules that read data the bundle was not given (code 5011), to warn about (see BundleFiles.missingData). */
+  readonly missing: readonly MoatError[];
 }
 
 /** Reads a file, with the coded error the caller names. */
@@ -203,6 +212,8 @@ export class BundleLoader {
     }
     whole.update(tableKey);
     const evaluator = compileBundle({ account: rulesets[0], zone: rulesets[1], lists: tableLists(table), limits: files.limits, managed });
+    const missing = missingData(evaluator, { country: geoip !== undefined, asn: asn !== undefined, lists: names });
+    if (missing.length > 0 && files.missingData === 'error') throw new BundleError(missing);
     // Kept only once the whole bundle compiled: a rejected load changes nothing.
     this.table = table;
     this.tableKey = tableKey;
@@ -210,7 +221,7 @@ export class BundleLoader {
       this.parsed = parsed;
       this.geoKey = geoKey;
     }
-    return { evaluator, table, rulesets, digest: whole.digest('hex'), tableReused };
+    return { evaluator, table, rulesets, digest: whole.digest('hex'), tableReused, missing };
   }
 
   // The digest of a table input: the known one while the file is unchanged

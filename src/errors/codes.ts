@@ -81,6 +81,11 @@ export const ERRORS = Object.freeze({
   // 5xxx: configuration
   CONFIG_READ: def(5001, 400, 'cannot read configuration file'),
   CONFIG_INVALID: def(5002, 400, 'invalid configuration'),
+  CLI_USAGE: def(5010, 400, 'invalid command-line usage'),
+  MISSING_DATA: def(5011, 400, 'a rule needs GeoIP data or a list the configuration does not give'),
+  DAEMON_PRECHECK: def(5012, 400, 'the daemon cannot start on this host as configured'),
+  RELOAD_NEEDS_RESTART: def(5013, 400, 'a configuration change takes effect only after a restart'),
+  CLI_SYSTEM: def(5014, 500, 'a file or system operation of a command failed'),
 
   // 6xxx: rulesets and bundles
   RULESET_BAD_JSON: def(6001, 400, 'ruleset is not valid JSON'),

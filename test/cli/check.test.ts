@@ -68,7 +68,7 @@ describe('moat check', () => {
     expect((await moat('check')).code).toBe(2);
     const r = await moat('check', '--file', '/nonexistent/rule.expr');
     expect(r.code).toBe(2);
-    expect(r.stderr).toBe('moat: /nonexistent/rule.expr: cannot read: ENOENT');
+    expect(r.stderr).toBe('moat: error 5010: /nonexistent/rule.expr: cannot read: ENOENT');
   });
 
   it('works as the installed binary, reading standard input', () => {

@@ -1,13 +1,14 @@
 // `moat replay` judges the packets of capture files with the rulesets, lists and
 // GeoIP data it is given, writes the pass/drop pcaps and verdict lines asked
 // for, and prints a summary; every error names its file.
-import { mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { beforeAll, describe, expect, it } from 'vitest';
 import { buildPcap, PcapReader } from '../../src/capture/index.js';
 import { buildFrame, TCP, type FrameSpec } from '../support/packet-builder.js';
 import { ensureBuilt, moat, moatBinary, ROOT } from '../support/cli.js';
+import { renderSummary, type Summary } from '../../src/cli/commands/replay.js';
 
 const dir = mkdtempSync(join(tmpdir(), 'moat-replay-'));
 const COUNTRY_DB = join(ROOT, 'native-fixtures/geoip/test-country.mmdb');
@@ -98,9 +99,72 @@ describe('moat replay', () => {
     const { pcap, rules } = files();
     const r = await moat('replay', pcap, ...rules, '--list', `svc.malware=${join(dir, 'malware.txt')}`, '--geoip', COUNTRY_DB, '--asn', ASN_DB);
     expect(r.code).toBe(0);
-    expect(r.stdout).toMatch(/^8 packets, \d+ bytes from 1 file in [\d.]+ s \([\d,]+ packets\/s\)/);
+    // Eight packets: too few for a meaningful rate, so none is printed.
+    expect(r.stdout.split('\n')[0]).toMatch(/^8 packets, \d+ bytes from 1 file in [\d.]+ s$/);
     expect(r.stdout).toMatch(/dropped\s+5 packets/);
     expect(r.stdout).toMatch(/account#1 block-admin block "admin ports"\s+2 packets/);
+    // Totals and rule hits share one column layout.
+    const rows = r.stdout.split('\n').filter((l) => / packets .* bytes$/.test(l));
+    expect(rows.length).toBe(3 + 7);
+    expect(new Set(rows.map((l) => l.indexOf(' packets '))).size).toBe(1);
+    expect(new Set(rows.map((l) => l.length)).size).toBe(1);
+  });
+
+  it('leaves out empty descriptions and prints a rate only for a capture big enough to measure one', async () => {
+    const { pcap } = files();
+    writeFileSync(join(dir, 'desc.json'), JSON.stringify({ rules: [{ id: 'r1', action: 'block', expression: 'tcp.dstport == 22', description: '' }] }));
+    const r = await moat('replay', pcap, '--rules', join(dir, 'desc.json'));
+    expect(r.stdout).toMatch(/account#0 r1 block\s+2 packets/);
+    expect(r.stdout).not.toContain('""');
+    const summary: Summary = {
+      files: ['a.pcap'], packets: 5000, bytes: 300000, passed: { packets: 5000, bytes: 300000 }, dropped: { packets: 0, bytes: 0 },
+      undecodable: { packets: 0, bytes: 0 }, notIp: 0, damaged: 0, fragments: 0, seconds: 0.5, packetsPerSecond: 10000, rules: [],
+    };
+    expect(renderSummary(summary)[0]).toBe('5,000 packets, 300,000 bytes from 1 file in 0.50 s (10,000 packets/s)');
+    expect(renderSummary({ ...summary, seconds: 0.05 })[0]).toBe('5,000 packets, 300,000 bytes from 1 file in 0.05 s');
+    expect(renderSummary({ ...summary, packets: 999 })[0]).toBe('999 packets, 300,000 bytes from 1 file in 0.50 s');
+  });
+
+  it('warns, naming the rule, about country and ASN rules without databases and lists not given; --strict makes it an error', async () => {
+    const { pcap, rules } = files();
+    const warn = await moat('replay', pcap, ...rules, '--geoip', COUNTRY_DB);
+    expect(warn.code).toBe(0);
+    expect(warn.stderr.split('\n')).toEqual([
+      'moat: warning 5011: account ruleset, rule 4 (block-malware): reads $svc.malware but that list is not given (lists; replay: --list NAME=FILE): the rule never matches as written',
+      'moat: warning 5011: zone ruleset, rule 0 (block-asn): reads ip.src.asnum but no GeoIP ASN database is given (geoip.asn; replay: --asn): the rule never matches as written',
+    ]);
+    expect(warn.stdout).toMatch(/^8 packets/);
+    const strict = await moat('replay', pcap, ...rules, '--geoip', COUNTRY_DB, '--strict');
+    expect(strict.code).toBe(1);
+    expect(strict.stderr.split('\n').map((l) => l.replace(/ \(.*$/, ''))).toEqual(['moat: error 5011: account ruleset, rule 4', 'moat: error 5011: zone ruleset, rule 0']);
+    expect(strict.stdout).toBe('');
+    // Everything given: silent, and --strict accepts it.
+    const all = await moat('replay', pcap, ...rules, '--strict', '--list', `svc.malware=${join(dir, 'malware.txt')}`, '--geoip', COUNTRY_DB, '--asn', ASN_DB);
+    expect([all.code, all.stderr]).toEqual([0, '']);
+  });
+
+  it('writes a valid empty capture for --drop and --pass when no packet went there, as tcpdump does', async () => {
+    const { pcap } = files();
+    writeFileSync(join(dir, 'none.json'), JSON.stringify({ rules: [{ action: 'block', expression: 'tcp.dstport == 9' }] }));
+    writeFileSync(join(dir, 'all.json'), JSON.stringify({ rules: [{ action: 'block', expression: 'ip.src == 0.0.0.0 or not ip.src == 0.0.0.0' }] }));
+    const count = (f: string) => {
+      const rd = PcapReader.open(f);
+      let k = 0;
+      while (rd.next()) k++;
+      const linkType = rd.linkType;
+      rd.close();
+      return { k, linkType, size: readFileSync(f).length };
+    };
+    for (const f of ['e-drop.pcap', 'e-pass.pcap']) rmSync(join(dir, f), { force: true });
+    expect((await moat('replay', pcap, '--rules', join(dir, 'none.json'), '--drop', join(dir, 'e-drop.pcap'))).code).toBe(0);
+    expect(count(join(dir, 'e-drop.pcap'))).toEqual({ k: 0, linkType: 1, size: 24 });
+    expect((await moat('replay', pcap, '--rules', join(dir, 'all.json'), '--pass', join(dir, 'e-pass.pcap'), '--drop', join(dir, 'e-drop.pcap'))).code).toBe(0);
+    expect(count(join(dir, 'e-pass.pcap'))).toEqual({ k: 0, linkType: 1, size: 24 });
+    expect(count(join(dir, 'e-drop.pcap')).k).toBe(8);
+    // An empty input capture gives empty outputs too.
+    writeFileSync(join(dir, 'empty-in.pcap'), buildPcap([]));
+    expect((await moat('replay', join(dir, 'empty-in.pcap'), '--rules', join(dir, 'none.json'), '--pass', join(dir, 'e-pass.pcap'))).code).toBe(0);
+    expect(count(join(dir, 'e-pass.pcap'))).toEqual({ k: 0, linkType: 1, size: 24 });
   });
 
   it('rejects a bundle with an unknown list, naming the rule, and reads no packet', async () => {
@@ -109,8 +173,8 @@ describe('moat replay', () => {
     const r = await moat('replay', pcap, '--rules', join(dir, 'bad.json'));
     expect(r.code).toBe(1);
     expect(r.stderr.split('\n')).toEqual([
-      'moat: account ruleset, rule 0: unknown list $office (hint: create the list first, or check its name)',
-      'moat: account ruleset, rule 1: set items are separated by spaces, not commas (hint: write {80 443}, not {80, 443})',
+      'moat: error 2006: account ruleset, rule 0: unknown list $office (hint: create the list first, or check its name)',
+      'moat: error 1011: account ruleset, rule 1: set items are separated by spaces, not commas (hint: write {80 443}, not {80, 443})',
     ]);
     expect(r.stdout).toBe('');
   });
@@ -128,10 +192,10 @@ describe('moat replay', () => {
     const whole = readFileSync(pcap);
     const cut = join(dir, 'cut.pcap');
     writeFileSync(cut, whole.subarray(0, whole.length - 10));
-    const r = await moat('replay', cut, ...rules, '--json');
+    const r = await moat('replay', cut, ...rules, '--json', '--list', `svc.malware=${join(dir, 'malware.txt')}`, '--geoip', COUNTRY_DB, '--asn', ASN_DB);
     expect(r.code).toBe(1);
     expect(JSON.parse(r.stdout).packets).toBe(7);
-    expect(r.stderr).toMatch(new RegExp(`^moat: ${cut}.*byte \\d+`));
+    expect(r.stderr).toMatch(new RegExp(`^moat: error 300\\d: ${cut}.*byte \\d+`));
   });
 
   it('names a missing ruleset file and exits non-zero', () => {

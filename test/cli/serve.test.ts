@@ -144,10 +144,10 @@ describe('moat serve', () => {
     expect(await moat('serve', '--data-dir', dir, '--listen', 'localhost')).toEqual({
       code: 2,
       stdout: '',
-      stderr: 'moat: --listen localhost: expected HOST:PORT, e.g. 127.0.0.1:8080 or [::1]:8080',
+      stderr: 'moat: error 5010: --listen localhost: expected HOST:PORT, e.g. 127.0.0.1:8080 or [::1]:8080',
     });
     expect(await moat('serve', '--data-dir', dir, '--listen', '127.0.0.1:70000')).toMatchObject({ code: 2 });
-    expect(await moat('serve', '--data-dir', dir, '--listen', '127.0.0.1:0', '--log-level', 'loud')).toEqual({ code: 2, stdout: '', stderr: 'moat: --log-level loud: unknown level' });
+    expect(await moat('serve', '--data-dir', dir, '--listen', '127.0.0.1:0', '--log-level', 'loud')).toEqual({ code: 2, stdout: '', stderr: 'moat: error 5010: --log-level loud: unknown level' });
   });
 
   it('keeps versions linear when two server processes on one data directory take 40 concurrent rule additions', async () => {

@@ -105,7 +105,7 @@ describe('moat users create', () => {
     expect(await moat('users', 'create', '--data-dir', dataDir, '--email', 'e@example.com')).toEqual({
       code: 2,
       stdout: '',
-      stderr: 'moat: users create: give at least one --account <id>',
+      stderr: 'moat: error 5010: users create: give at least one --account <id>',
     });
     expect((await moat('users', 'create', '--data-dir', dataDir, '--account', newId())).code).toBe(2);
   });

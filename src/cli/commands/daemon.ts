@@ -4,14 +4,16 @@
 import type { Command } from 'commander';
 import { pino } from 'pino';
 import { LiveCapture } from '../../capture/index.js';
-import { loadDaemonConfig } from '../../config/index.js';
-import { bundleFiles, bundleSourceFor, Daemon } from '../../daemon/index.js';
+import { loadDaemonConfig, type DaemonConfig } from '../../config/index.js';
+import { bundleFiles, bundleSourceFor, Daemon, preflight } from '../../daemon/index.js';
 import { BundleError, loadBundle } from '../../engine/index.js';
-import type { Output } from '../output.js';
+import type { MoatError } from '../../errors/index.js';
+import { formatError, formatWarning, reportError, type Output } from '../output.js';
 
 interface DaemonFlags {
   config: string;
   check?: boolean;
+  strict?: boolean;
 }
 
 /** Registers `moat daemon` on the program. */
@@ -20,32 +22,42 @@ export function registerDaemon(program: Command, out: Output): void {
     .command('daemon')
     .description('run the firewall daemon on the interfaces of its configuration (needs CAP_NET_RAW and CAP_NET_ADMIN)')
     .requiredOption('-c, --config <file>', 'configuration file (JSON with comments; see config/daemon.example.jsonc)')
-    .option('--check', 'validate the configuration and compile the rulesets, then exit')
+    .option('--check', 'check what a start checks (configuration, rules, interfaces, capabilities, metrics address, drop capture path), then exit')
+    .option('--strict', 'a rule reading GeoIP data or a list the configuration does not give is an error (as "missingData": "error")')
     .action(async (flags: DaemonFlags) => {
-      const config = loadDaemonConfig(flags.config);
+      const override: Partial<DaemonConfig> = flags.strict === true ? { missingData: 'error' } : {};
+      const config: DaemonConfig = { ...loadDaemonConfig(flags.config), ...override };
+      // The host first: a start that cannot capture fails here, with one coded line per reason.
+      const host = await preflight(config);
       if (flags.check === true) {
         // Compile the bundle the same way start() does, without opening captures.
+        const errors: MoatError[] = [...host];
+        let summary: string | undefined;
         try {
           const b = loadBundle(bundleFiles(config));
-          out.stdout(`OK: ${config.mode} on ${config.interfaces.join(', ')}; ${b.evaluator.rules.length} rules, fields: ${b.evaluator.fields.join(' ') || '(none)'}`);
+          for (const w of b.missing) out.stderr(formatWarning(w));
+          summary = `OK: ${config.mode} on ${config.interfaces.join(', ')}; ${b.evaluator.rules.length} rules, fields: ${b.evaluator.fields.join(' ') || '(none)'}`;
         } catch (err) {
           if (!(err instanceof BundleError)) throw err;
-          for (const e of err.errors) out.stderr(`moat: ${e.message}`);
-          out.exitCode = 1;
+          errors.unshift(...err.errors);
         }
+        for (const e of errors) out.stderr(formatError(e));
+        if (errors.length > 0) out.exitCode = 1;
+        else out.stdout(summary!);
+        return;
+      }
+      if (host.length > 0) {
+        for (const e of host) out.stderr(formatError(e));
+        out.exitCode = 1;
         return;
       }
       const log = pino({ level: config.log.level, base: { service: 'moat-daemon' } });
-      const daemon = new Daemon(config, log, (iface, o) => LiveCapture.open(iface, o), bundleSourceFor(config));
+      const daemon = new Daemon(config, log, (iface, o) => LiveCapture.open(iface, o), bundleSourceFor(config, flags.config), { configFile: flags.config, override });
       try {
         await daemon.start();
       } catch (err) {
         await daemon.stop();
-        if (err instanceof BundleError) {
-          for (const e of err.errors) out.stderr(`moat: ${e.message}`);
-          out.exitCode = 1;
-          return;
-        }
+        if (reportError(out, err)) return;
         throw err;
       }
       daemon.handleTermination((code) => {

@@ -35,7 +35,7 @@ export function registerLists(program: Command, out: Output): void {
       try {
         text = readFileSync(flags.file === '-' ? 0 : flags.file, 'utf8');
       } catch (err) {
-        throw new CliError(`${label}: cannot read: ${(err as NodeJS.ErrnoException).code ?? (err as Error).message}`);
+        throw new CliError(`${label}: cannot read: ${(err as NodeJS.ErrnoException).code ?? (err as Error).message}`, 'LIST_READ');
       }
       // The whole file is parsed before the database is opened: a bad line
       // (reported as file:line) leaves the stored list untouched.

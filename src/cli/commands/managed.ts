@@ -5,10 +5,9 @@
 
 import { readFileSync } from 'node:fs';
 import type { Command } from 'commander';
-import { ApiErrors, DEFAULT_API_LIMITS, RulesetService } from '../../api/index.js';
-import { MoatError } from '../../errors/index.js';
+import { DEFAULT_API_LIMITS, RulesetService } from '../../api/index.js';
 import { Database } from '../../store/index.js';
-import { CliError, type Output } from '../output.js';
+import { CliError, reportError, type Output } from '../output.js';
 import { DEFAULT_DATA_DIR } from './serve.js';
 
 /** Registers `moat managed import|delete|show|list`. */
@@ -24,17 +23,14 @@ export function registerManaged(program: Command, out: Output): void {
       try {
         doc = JSON.parse(readFileSync(flags.file, 'utf8'));
       } catch (err) {
-        throw new CliError(`${flags.file}: ${(err as NodeJS.ErrnoException).code ?? (err as Error).message}`);
+        throw new CliError(`${flags.file}: ${(err as NodeJS.ErrnoException).code ?? (err as Error).message}`, 'RULESET_BAD_JSON');
       }
       const store = Database.open(flags.dataDir, { mustExist: true });
       try {
         const v = new RulesetService(store, DEFAULT_API_LIMITS).importManaged(doc);
         out.stdout(`imported managed ruleset "${v.name}" ${v.id} version ${v.version}: ${v.rules?.length ?? 0} rules`);
       } catch (err) {
-        const errors = err instanceof ApiErrors ? err.errors : err instanceof MoatError ? [err] : undefined;
-        if (errors === undefined) throw err;
-        for (const e of errors) out.stderr(`moat: ${flags.file}: ${e.pointer === undefined ? '' : `at ${e.pointer || '/'}: `}error ${e.code}: ${e.message}`);
-        out.exitCode = 1;
+        if (!reportError(out, err, flags.file)) throw err;
       } finally {
         store.close();
       }

@@ -7,7 +7,7 @@ import type { Command } from 'commander';
 import { PacketBatch, PcapReader, PcapWriter, fdSink } from '../../capture/index.js';
 import { BundleError, loadBundle, PacketPath, type Evaluator, type UndecodablePolicy } from '../../engine/index.js';
 import { MoatError } from '../../errors/index.js';
-import { CliError, type Output } from '../output.js';
+import { CliError, formatWarning, reportError, type Output } from '../output.js';
 
 interface ReplayFlags {
   rules: string[];
@@ -23,6 +23,7 @@ interface ReplayFlags {
   coloRegion?: string;
   undecodable: string;
   progress: boolean;
+  strict?: boolean;
 }
 
 const collect = (v: string, all: string[]): string[] => [...all, v];
@@ -46,6 +47,7 @@ export function registerReplay(program: Command, out: Output): void {
     .option('--colo-region <region>', 'value of cf.colo.region')
     .option('--undecodable <policy>', 'what to do with frames whose IP header cannot be read: pass or drop', 'pass')
     .option('--no-progress', 'no progress bar on a terminal')
+    .option('--strict', 'a rule reading a country or AS number with no --geoip/--asn, or a list with no --list, is an error (code 5011), not a warning')
     .action((captures: string[], flags: ReplayFlags) => replay(captures, flags, out));
 }
 
@@ -59,15 +61,12 @@ function replay(captures: string[], flags: ReplayFlags, out: Output): void {
   });
   let loaded;
   try {
-    loaded = loadBundle({ rules: flags.rules, lists, geoip: flags.geoip, asn: flags.asn, managed: flags.managed });
+    loaded = loadBundle({ rules: flags.rules, lists, geoip: flags.geoip, asn: flags.asn, managed: flags.managed, missingData: flags.strict === true ? 'error' : 'warn' });
   } catch (err) {
-    if (err instanceof BundleError) {
-      for (const e of err.errors) out.stderr(`moat: ${e.message}${e.hint ? ` (hint: ${e.hint})` : ''}`);
-      out.exitCode = 1;
-      return;
-    }
+    if (err instanceof BundleError && reportError(out, err)) return;
     throw err;
   }
+  for (const e of loaded.missing) out.stderr(formatWarning(e));
   const path = new PacketPath(loaded.evaluator, {
     table: loaded.table,
     colo: { name: flags.coloName, region: flags.coloRegion },
@@ -86,6 +85,7 @@ function replay(captures: string[], flags: ReplayFlags, out: Output): void {
   try {
     for (const file of captures) {
       const reader = PcapReader.open(file);
+      sinks.linkType ??= reader.linkType;
       let index = 0;
       try {
         // Packets a batch at a time (see PcapReader.nextBatch).
@@ -121,10 +121,9 @@ function replay(captures: string[], flags: ReplayFlags, out: Output): void {
   const seconds = Number(process.hrtime.bigint() - started) / 1e9;
   const summary = summarize(captures, path, loaded.evaluator, seconds);
   if (flags.json === true) out.stdout(JSON.stringify(summary, null, 2));
-  else for (const line of render(summary)) out.stdout(line);
+  else for (const line of renderSummary(summary)) out.stdout(line);
   if (failure !== undefined) {
-    out.stderr(`moat: ${failure.message}`);
-    out.exitCode = 1;
+    reportError(out, failure);
   }
 }
 
@@ -150,6 +149,8 @@ class Outputs {
   private readonly verdictFd: number | undefined;
   private lines: string[] = [];
   private frame = 0;
+  /** The link type of the first capture read: that of a --pass/--drop file no packet went to. */
+  linkType: number | undefined;
 
   constructor(private readonly flags: ReplayFlags) {
     this.verdictFd = flags.verdicts === undefined ? undefined : openOut(flags.verdicts);
@@ -161,11 +162,7 @@ class Outputs {
     const target = dropped ? this.flags.drop : this.flags.pass;
     if (target !== undefined) {
       let w = dropped ? this.drop : this.pass;
-      if (w === undefined) {
-        w = new PcapWriter(fdSink(openOut(target), true), { linkType, resolution: 'ns' });
-        if (dropped) this.drop = w;
-        else this.pass = w;
-      }
+      w ??= this.open(dropped ? 'drop' : 'pass', linkType);
       if (w.linkType !== linkType) {
         throw new MoatError('CAPTURE_WRITE', `${target}: packet ${index} of ${file} has link type ${linkType}, but the file was started with link type ${w.linkType}`, { file: target });
       }
@@ -197,9 +194,21 @@ class Outputs {
     this.lines = [];
   }
 
+  private open(which: 'pass' | 'drop', linkType: number): PcapWriter {
+    const w = new PcapWriter(fdSink(openOut(this.flags[which]!), true), { linkType, resolution: 'ns' });
+    if (which === 'drop') this.drop = w;
+    else this.pass = w;
+    return w;
+  }
+
   close(): void {
     this.flushLines();
     if (this.verdictFd !== undefined) closeSync(this.verdictFd);
+    // A file no packet went to is still written, header only, as tcpdump does: scripts can open it.
+    // Ethernet when no capture could even be opened.
+    for (const which of ['pass', 'drop'] as const) {
+      if (this.flags[which] !== undefined && this[which] === undefined) this.open(which, this.linkType ?? 1);
+    }
     this.pass?.close();
     this.drop?.close();
   }
@@ -219,7 +228,8 @@ function ruleRef(ev: Evaluator, i: number): string {
   return r.rule.id ?? `${r.level}#${r.index}`;
 }
 
-interface Summary {
+/** The summary of a replay (`--json` prints it as is). */
+export interface Summary {
   files: string[];
   packets: number;
   bytes: number;
@@ -265,18 +275,33 @@ function n(v: number): string {
   return v.toLocaleString('en-US');
 }
 
-function render(s: Summary): string[] {
-  const lines = [
-    `${n(s.packets)} packets, ${n(s.bytes)} bytes from ${s.files.length} file${s.files.length === 1 ? '' : 's'} in ${s.seconds.toFixed(2)} s (${n(Math.round(s.packetsPerSecond))} packets/s)`,
-    `  passed       ${n(s.passed.packets).padStart(12)} packets ${n(s.passed.bytes).padStart(15)} bytes`,
-    `  dropped      ${n(s.dropped.packets).padStart(12)} packets ${n(s.dropped.bytes).padStart(15)} bytes`,
-    `  undecodable  ${n(s.undecodable.packets).padStart(12)} packets ${n(s.undecodable.bytes).padStart(15)} bytes`,
-    `  (not IP, passed: ${n(s.notIp)}; damaged but judged: ${n(s.damaged)}; non-first fragments: ${n(s.fragments)})`,
-    'rule hits:',
+/** Below either, a packets-per-second figure measures start-up, not the packet path: it is not printed. */
+const RATE_MIN_SECONDS = 0.1;
+const RATE_MIN_PACKETS = 1000;
+
+/** The summary as text: aligned columns; a rate only for captures big enough to measure one. */
+export function renderSummary(s: Summary): string[] {
+  const rate = s.seconds >= RATE_MIN_SECONDS && s.packets >= RATE_MIN_PACKETS ? ` (${n(Math.round(s.packetsPerSecond))} packets/s)` : '';
+  const rows: Array<[string, number, number]> = [
+    ['passed', s.passed.packets, s.passed.bytes],
+    ['dropped', s.dropped.packets, s.dropped.bytes],
+    ['undecodable', s.undecodable.packets, s.undecodable.bytes],
   ];
-  for (const r of s.rules) {
-    const name = `${r.ruleset}#${r.index}${r.id ? ` ${r.id}` : ''} ${r.action}${r.enabled ? '' : ' (disabled)'}${r.description ? ` "${r.description}"` : ''}`;
-    lines.push(`  ${name.padEnd(48)} ${n(r.packets).padStart(12)} packets ${n(r.bytes).padStart(15)} bytes`);
-  }
-  return lines;
+  const ruleRows: Array<[string, number, number]> = s.rules.map((r) => {
+    const description = r.description?.trim() ?? '';
+    const name = `${r.ruleset}#${r.index}${r.id ? ` ${r.id}` : ''} ${r.action}${r.enabled ? '' : ' (disabled)'}${description === '' ? '' : ` "${description}"`}`;
+    return [name, r.packets, r.bytes];
+  });
+  // One column layout for the totals and the rules: the widest label and count set it.
+  const all = [...rows, ...ruleRows];
+  const label = Math.max(...all.map((r) => r[0].length));
+  const packets = Math.max(...all.map((r) => n(r[1]).length));
+  const bytes = Math.max(...all.map((r) => n(r[2]).length));
+  const row = ([name, p, b]: [string, number, number]) => `  ${name.padEnd(label)}  ${n(p).padStart(packets)} packets  ${n(b).padStart(bytes)} bytes`;
+  return [
+    `${n(s.packets)} packets, ${n(s.bytes)} bytes from ${s.files.length} file${s.files.length === 1 ? '' : 's'} in ${s.seconds.toFixed(2)} s${rate}`,
+    ...rows.map(row),
+    `  (not IP, passed: ${n(s.notIp)}; damaged but judged: ${n(s.damaged)}; non-first fragments: ${n(s.fragments)})`,
+    ...(ruleRows.length === 0 ? [] : ['rule hits:', ...ruleRows.map(row)]),
+  ];
 }
