@@ -5,6 +5,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
 import { reportError } from '../../src/cli/output.js';
+import { Database } from '../../src/store/index.js';
 import { moat } from '../support/cli.js';
 
 const dir = mkdtempSync(join(tmpdir(), 'moat-cli-errors-'));
@@ -57,6 +58,8 @@ describe('CLI errors carry their codes', () => {
 
   it('users, lists, export and managed', async () => {
     const data = join(dir, 'data');
+    // Operator commands need a database (`moat serve` creates it).
+    Database.open(data).close();
     expect((await moat('users', 'create', '--data-dir', data, '--email', 'x', '--account', 'a'.repeat(32))).stderr).toBe('moat: error 7400: "x" is not an email address');
     expect(await moat('lists', 'load-managed', '--data-dir', data, '--name', 'office', '--file', '-')).toMatchObject({ code: 2, stderr: expect.stringMatching(/^moat: error 5010: "office" is not a managed list/) as unknown });
     expect(await moat('export', '--data-dir', data, '--account', 'nope', '--out', dir)).toMatchObject({ code: 2, stderr: expect.stringMatching(/^moat: error 5010: "nope" is not an id/) as unknown });
