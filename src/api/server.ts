@@ -3,7 +3,9 @@
 // route shares (JSON bodies and content types, auth first, errors as envelopes
 // without stack traces, unknown routes) and runs the runners from listen to close.
 
-import Fastify, { LogController, type FastifyBaseLogger, type FastifyInstance } from 'fastify';
+import type { IncomingMessage } from 'node:http';
+import type { Duplex } from 'node:stream';
+import Fastify, { LogController, type FastifyBaseLogger, type FastifyInstance, type FastifyReply, type FastifyRequest } from 'fastify';
 import type { Logger } from 'pino';
 import { MoatError } from '../errors/index.js';
 import { ApiErrors, apiError } from './api-error.js';
@@ -40,13 +42,146 @@ function toMoatErrors(err: unknown): { status: number; errors: MoatError[] } | u
     case 'FST_ERR_CTP_INVALID_CONTENT_LENGTH':
       return { status: 400, errors: [apiError('API_MALFORMED_JSON', 'Content-Length does not match the body')] };
     case 'FST_ERR_BAD_URL':
-      return { status: 400, errors: [apiError('API_BAD_IDENTIFIER', 'Could not route: malformed URL')] };
+      return { status: 400, errors: [apiError('API_BAD_REQUEST', 'Malformed URL: a path segment has an invalid percent-encoding')] };
+    case 'FST_ERR_MAX_PARAM_LENGTH':
+      return { status: 414, errors: [apiError('API_URI_TOO_LONG', 'Request URI too long: a path segment is longer than 200 characters')] };
     default:
       if ((err as { statusCode?: number }).statusCode === 400 && typeof message === 'string') {
         return { status: 400, errors: [apiError('API_MALFORMED_JSON', message)] };
       }
       return undefined;
   }
+}
+
+/** A whole HTTP/1.1 response carrying a failure envelope, for the answers written straight to a socket. */
+function rawResponse(err: MoatError, headers: Record<string, string> = {}): string {
+  const body = JSON.stringify(fail([err]));
+  const reason = STATUS_TEXT[err.status] ?? 'Error';
+  const lines = [`HTTP/1.1 ${err.status} ${reason}`, 'Content-Type: application/json; charset=utf-8', `Content-Length: ${Buffer.byteLength(body)}`, 'Connection: close'];
+  for (const [k, v] of Object.entries(headers)) lines.push(`${k}: ${v}`);
+  return `${lines.join('\r\n')}\r\n\r\n${body}`;
+}
+
+const STATUS_TEXT: Record<number, string> = { 400: 'Bad Request', 401: 'Unauthorized', 403: 'Forbidden', 405: 'Method Not Allowed', 408: 'Request Timeout', 431: 'Request Header Fields Too Large' };
+
+/**
+ * Node's clientError (the request could not be parsed: a NUL byte in a header,
+ * a bad request line, headers too large, a timeout): a v4 envelope with a
+ * registry code instead of fastify's own body. Nothing of the request is echoed.
+ */
+function clientErrorHandler(err: Error & { code?: string }, socket: Duplex): void {
+  if (err.code === 'ECONNRESET' || socket.destroyed) return;
+  const error =
+    err.code === 'ERR_HTTP_REQUEST_TIMEOUT'
+      ? apiError('API_REQUEST_TIMEOUT', 'The request was not received in time')
+      : err.code === 'HPE_HEADER_OVERFLOW'
+        ? apiError('API_HEADERS_TOO_LARGE', 'Request headers are larger than the server accepts')
+        : apiError('API_BAD_REQUEST', 'Malformed HTTP request: the request line or a header is invalid');
+  if (socket.writable) socket.end(rawResponse(error));
+  else socket.destroy();
+}
+
+/** The routes' paths as patterns, with the methods each has, for 405 answers. */
+class RouteMethods {
+  private readonly routes = new Map<string, { pattern: RegExp; methods: Set<string> }>();
+
+  add(url: string, method: string | string[]): void {
+    let r = this.routes.get(url);
+    if (r === undefined) {
+      const source = url
+        .split('/')
+        .map((seg) => (seg === '*' ? '.*' : seg.startsWith(':') ? '[^/]+' : seg.replace(/[.*+?^${}()|[\]\\]/g, '\\$&')))
+        .join('/');
+      r = { pattern: new RegExp(`^${source}/?$`), methods: new Set() };
+      this.routes.set(url, r);
+    }
+    for (const m of Array.isArray(method) ? method : [method]) r.methods.add(m.toUpperCase());
+    if (r.methods.has('GET')) r.methods.add('HEAD');
+  }
+
+  /** The methods the routes matching `path` have, sorted; empty when no route has this path. */
+  allowed(path: string): string[] {
+    const methods = new Set<string>();
+    for (const r of this.routes.values()) if (r.pattern.test(path)) for (const m of r.methods) methods.add(m);
+    return [...methods].sort();
+  }
+}
+
+/** Invalid UTF-8 in a body: the offset of the first bad byte, for the message. */
+function firstBadUtf8(buf: Buffer): number {
+  let lo = 0;
+  let hi = buf.length;
+  // The longest prefix that is valid UTF-8 (or valid but cut mid-character), by halving.
+  while (lo < hi) {
+    const mid = (lo + hi + 1) >> 1;
+    let ok = true;
+    try {
+      new TextDecoder('utf-8', { fatal: true }).decode(buf.subarray(0, mid), { stream: true });
+    } catch {
+      ok = false;
+    }
+    if (ok) lo = mid;
+    else hi = mid - 1;
+  }
+  return lo;
+}
+
+/** A high surrogate not followed by a low one, or a low one not preceded by a high one. */
+const LONE_SURROGATE = /[\uD800-\uDBFF](?![\uDC00-\uDFFF])|(?<![\uD800-\uDBFF])[\uDC00-\uDFFF]/;
+
+function escapePointer(key: string): string {
+  return key.replace(/~/g, '~0').replace(/\//g, '~1');
+}
+
+/**
+ * The JSON pointer of the first string (key or value) holding a lone
+ * surrogate, such as `"\ud800"`: valid JSON, but no UTF-8 can store it. Walks
+ * without recursion, so a deeply nested body cannot exhaust the stack.
+ */
+function loneSurrogateAt(value: unknown): string | undefined {
+  const stack: { v: unknown; at: string }[] = [{ v: value, at: '' }];
+  while (stack.length > 0) {
+    const { v, at } = stack.pop()!;
+    if (typeof v === 'string') {
+      if (LONE_SURROGATE.test(v)) return at;
+    } else if (Array.isArray(v)) {
+      for (let i = v.length - 1; i >= 0; i--) stack.push({ v: v[i], at: `${at}/${i}` });
+    } else if (v !== null && typeof v === 'object') {
+      const entries = Object.entries(v as Record<string, unknown>);
+      for (let i = entries.length - 1; i >= 0; i--) {
+        const [k, child] = entries[i]!;
+        const childAt = `${at}/${escapePointer(k)}`;
+        if (LONE_SURROGATE.test(k)) return childAt;
+        stack.push({ v: child, at: childAt });
+      }
+    }
+  }
+  return undefined;
+}
+
+/** Parses a JSON body: strict UTF-8, then JSON, then no lone surrogates. */
+export function parseJsonBody(buf: Buffer): unknown {
+  let text: string;
+  try {
+    text = new TextDecoder('utf-8', { fatal: true }).decode(buf);
+  } catch {
+    throw apiError('API_BAD_ENCODING', `Request body is not valid UTF-8 (first invalid byte at offset ${firstBadUtf8(buf)})`, { pointer: '' });
+  }
+  if (text.trim() === '') return undefined;
+  let value: unknown;
+  try {
+    value = JSON.parse(text);
+  } catch (err) {
+    throw apiError('API_MALFORMED_JSON', `Request body is not valid JSON: ${(err as Error).message}`, { pointer: '' });
+  }
+  // Only an escaped surrogate (\uD800-\uDFFF) can produce one: skip the walk otherwise.
+  if (/\\u[dD][89a-fA-F]/.test(text)) {
+    const at = loneSurrogateAt(value);
+    if (at !== undefined) {
+      throw apiError('API_BAD_ENCODING', 'A string holds a lone UTF-16 surrogate (an unpaired \\uD800-\\uDFFF escape): it cannot be stored as UTF-8; send a valid character', { pointer: at });
+    }
+  }
+  return value;
 }
 
 /**
@@ -61,8 +196,39 @@ export async function buildServer(options: ServerOptions): Promise<FastifyInstan
     routerOptions: { maxParamLength: 200, caseSensitive: true, ignoreTrailingSlash: true },
     // One line per request at info level would dominate the log; errors are logged.
     logController: new LogController({ disableRequestLogging: true }),
+    // What the framework refuses itself is an envelope too, after authentication when the headers were read.
+    frameworkErrors: (err, req, reply) => frameworkError(err, req, reply),
+    clientErrorHandler,
   });
   const { services } = options;
+  const frameworkError = (err: Error, req: FastifyRequest, reply: FastifyReply): void => {
+    let errors: MoatError[];
+    try {
+      services.auth.authenticate(req);
+      errors = toMoatErrors(err)?.errors ?? [apiError('API_INTERNAL', 'Internal error')];
+    } catch (authErr) {
+      errors = toMoatErrors(authErr)?.errors ?? [apiError('API_INTERNAL', 'Internal error')];
+    }
+    void reply.code(errors[0]!.status).type('application/json').send(fail(errors));
+  };
+
+  // CONNECT never reaches fastify (node hands it to a 'connect' listener, or
+  // closes the socket without a word): Moat is no proxy, so 405 after authentication.
+  app.server.on('connect', (req: IncomingMessage, socket: Duplex) => {
+    socket.on('error', () => socket.destroy());
+    let error: MoatError;
+    try {
+      services.auth.authenticate({ headers: req.headers, method: req.method } as unknown as FastifyRequest);
+      error = apiError('API_METHOD_NOT_ALLOWED', 'CONNECT is not supported: Moat is not a proxy');
+    } catch (authErr) {
+      error = toMoatErrors(authErr)?.errors[0] ?? apiError('API_INTERNAL', 'Internal error');
+    }
+    socket.end(rawResponse(error, error.status === 405 ? { Allow: 'DELETE, GET, HEAD, PATCH, POST, PUT' } : {}));
+  });
+
+  // Every route's methods, so that a wrong method on an existing path answers 405 with Allow.
+  const routeMethods = new RouteMethods();
+  app.addHook('onRoute', (route) => routeMethods.add(route.url, route.method));
 
   app.decorateRequest('principal', null);
 
@@ -70,13 +236,11 @@ export async function buildServer(options: ServerOptions): Promise<FastifyInstan
   // body) is no body; malformed JSON is an envelope error with the parser's
   // position, not fastify's default text.
   app.removeAllContentTypeParsers();
-  app.addContentTypeParser(['application/json', 'application/*+json'], { parseAs: 'string' }, (_req, body, done) => {
-    const text = body as string;
-    if (text.trim() === '') return done(null, undefined);
+  app.addContentTypeParser(['application/json', 'application/*+json'], { parseAs: 'buffer' }, (_req, body, done) => {
     try {
-      done(null, JSON.parse(text));
+      done(null, parseJsonBody(body as Buffer));
     } catch (err) {
-      done(apiError('API_MALFORMED_JSON', `Request body is not valid JSON: ${(err as Error).message}`, { pointer: '' }), undefined);
+      done(err as MoatError, undefined);
     }
   });
   app.addContentTypeParser('*', { parseAs: 'string' }, (_req, body, done) => {
@@ -109,7 +273,16 @@ export async function buildServer(options: ServerOptions): Promise<FastifyInstan
   });
 
   app.setNotFoundHandler(async (req, reply) => {
-    const path = req.url.split('?')[0];
+    const path = req.url.split('?')[0] ?? '';
+    const allowed = routeMethods.allowed(path);
+    if (allowed.length > 0 && !allowed.includes(req.method)) {
+      void reply
+        .code(405)
+        .header('Allow', allowed.join(', '))
+        .type('application/json')
+        .send(fail([apiError('API_METHOD_NOT_ALLOWED', `Method ${req.method} not allowed for this route; it allows ${allowed.join(', ')}`)]));
+      return;
+    }
     void reply
       .code(404)
       .type('application/json')

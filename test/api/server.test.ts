@@ -159,7 +159,7 @@ describe('routing', () => {
     for (const [method, path] of [
       ['GET', '/nowhere'],
       ['GET', `/accounts/${api.accountId}/firewall/rules`],
-      ['PATCH', `/accounts/${api.accountId}/rulesets`],
+      ['PATCH', `/accounts/${api.accountId}/nothing`],
       ['GET', `/client/v4/accounts/${api.accountId}/rulesets`],
     ] as const) {
       const r = await call(method, path);
