@@ -300,12 +300,10 @@ export class RulesetService {
   /** POST /rulesets: creates a ruleset with version 1. */
   async create(scope: Scope, body: unknown, dryRun: boolean): Promise<RulesetView> {
     if (!isObject(body)) throw new ApiErrors([invalidField('', 'the body must be a ruleset object')]);
-    const errors: MoatError[] = [];
+    const errors = checkRulesetFields(body);
     const name = body['name'];
-    if (typeof name !== 'string' || name.trim() === '') errors.push(invalidField('/name', 'a ruleset needs a "name"'));
-    else if (name.length > 200) errors.push(invalidField('/name', '"name" is longer than 200 characters'));
+    if (name === undefined || name === null) errors.push(invalidField('/name', 'a ruleset needs a "name"'));
     const description = body['description'] ?? '';
-    if (typeof description !== 'string' || description.length > 500) errors.push(invalidField('/description', '"description" must be a string of at most 500 characters'));
     const phaseIn = body['phase'];
     const phase = typeof phaseIn === 'string' ? canonicalPhase(phaseIn) : undefined;
     if (phase === undefined) errors.push(apiError('RULESET_BAD_PHASE_NAME', `${JSON.stringify(phaseIn)} is not a valid value for phase; phases are ${PHASES.join(', ')}`, { pointer: '/phase' }));
@@ -321,9 +319,6 @@ export class RulesetService {
           { pointer: '/kind' },
         ),
       );
-    }
-    for (const k of Object.keys(body)) {
-      if (!['name', 'description', 'kind', 'phase', 'rules', 'id', 'version', 'last_updated'].includes(k)) errors.push(invalidField(`/${k}`, `unknown ruleset field "${k}"`));
     }
     if (errors.length > 0) throw new ApiErrors(errors);
     return this.writeTx(dryRun, () => {
@@ -347,16 +342,14 @@ export class RulesetService {
   }
 
   private checkImmutable(row: RulesetRow, body: Record<string, unknown>): void {
-    const errors: MoatError[] = [];
+    const errors = checkRulesetFields(body);
     for (const k of ['name', 'kind', 'phase'] as const) {
       const v = body[k];
-      if (v === undefined || v === null) continue;
+      if (v === undefined || v === null || errors.some((e) => e.pointer === `/${k}`)) continue;
       const current = row[k];
       const same = k === 'phase' ? typeof v === 'string' && canonicalPhase(v) === current : v === current;
       if (!same) errors.push(apiError('RULESET_IMMUTABLE', `"${k}" of a ruleset cannot change (it is ${JSON.stringify(current)})`, { pointer: `/${k}` }));
     }
-    const d = body['description'];
-    if (d !== undefined && (typeof d !== 'string' || d.length > 500)) errors.push(invalidField('/description', '"description" must be a string of at most 500 characters'));
     if (errors.length > 0) throw new ApiErrors(errors);
   }
 
@@ -387,11 +380,19 @@ export class RulesetService {
     return this.writeTx(dryRun, () => {
       const row = this.rulesets.entrypoint({ accountId: scope.accountId, zoneId: scope.zoneId }, p);
       if (row !== undefined) return this.replaceRules(row, scope, body);
+      // The same checks as POST /rulesets, with the entrypoint's defaults for what may be left out.
+      const errors = checkRulesetFields(body);
       const name = body['name'] ?? 'default';
       const description = body['description'] ?? '';
-      if (typeof name !== 'string' || name.trim() === '') throw new ApiErrors([invalidField('/name', '"name" must be a non-empty string')]);
-      if (typeof description !== 'string' || description.length > 500) throw new ApiErrors([invalidField('/description', '"description" must be a string of at most 500 characters')]);
-      if (body['kind'] !== undefined && body['kind'] !== kind) throw apiError('RULESET_BAD_KIND', `an entrypoint at ${scope.level} level has kind "${kind}"`, { pointer: '/kind' });
+      if (body['kind'] !== undefined && body['kind'] !== null && body['kind'] !== kind) {
+        errors.push(apiError('RULESET_BAD_KIND', `an entrypoint at ${scope.level} level has kind "${kind}"`, { pointer: '/kind' }));
+      }
+      const phaseIn = body['phase'];
+      if (phaseIn !== undefined && phaseIn !== null && (typeof phaseIn !== 'string' || canonicalPhase(phaseIn) !== p)) {
+        errors.push(apiError('RULESET_BAD_PHASE_NAME', `"phase" ${JSON.stringify(phaseIn)} does not match the path's phase ${p}`, { pointer: '/phase' }));
+      }
+      if (errors.length > 0) throw new ApiErrors(errors);
+      if (typeof name !== 'string' || typeof description !== 'string') throw new Error('unreachable: checked by checkRulesetFields');
       const inputs = this.validateRules(body['rules'], '/rules', this.env(scope, kind));
       return this.insertNew(scope, { name, description, kind, phase: p }, inputs);
     });
@@ -610,6 +611,34 @@ export function listsOfExpression(expression: string): readonly string[] {
     rememberLists(expression, lists);
   }
   return lists;
+}
+
+/** The fields a ruleset body may have (id, version and last_updated are read-only and ignored, so that a GET's result can be sent back). */
+const RULESET_FIELDS: ReadonlySet<string> = new Set(['name', 'description', 'kind', 'phase', 'rules', 'id', 'version', 'last_updated']);
+
+/** Longest ruleset name and description, in characters. */
+export const MAX_RULESET_NAME = 200;
+export const MAX_RULESET_DESCRIPTION = 500;
+
+/**
+ * The checks every write of a ruleset shares, whichever route it comes by
+ * (POST, PUT by id, PUT of an entrypoint that creates or updates it): no
+ * unknown field, and a name and description, when given, of the right type
+ * and length. What each route adds (a required name, immutable fields) comes after.
+ */
+function checkRulesetFields(body: Record<string, unknown>): MoatError[] {
+  const errors: MoatError[] = [];
+  for (const k of Object.keys(body)) if (!RULESET_FIELDS.has(k)) errors.push(invalidField(`/${k.replace(/~/g, '~0').replace(/\//g, '~1')}`, `unknown ruleset field "${k.slice(0, 100)}"`));
+  const name = body['name'];
+  if (name !== undefined && name !== null) {
+    if (typeof name !== 'string' || name.trim() === '') errors.push(invalidField('/name', '"name" must be a non-empty string'));
+    else if (name.length > MAX_RULESET_NAME) errors.push(invalidField('/name', `"name" is longer than ${MAX_RULESET_NAME} characters`));
+  }
+  const d = body['description'];
+  if (d !== undefined && d !== null && (typeof d !== 'string' || d.length > MAX_RULESET_DESCRIPTION)) {
+    errors.push(invalidField('/description', `"description" must be a string of at most ${MAX_RULESET_DESCRIPTION} characters`));
+  }
+  return errors;
 }
 
 /** validateRule, remembering the lists of a valid rule's expression so that refsOfStored need not check it again. */
