@@ -12,7 +12,7 @@ import { ListStore, newId, nowStamp, RulesetStore, type Database, type RulesetRo
 import { ApiErrors, apiError, invalidField } from './api-error.js';
 import type { Scope } from './auth.js';
 import type { ApiLimits } from './limits.js';
-import { isObject } from './request.js';
+import { isObject, unknownFields } from './request.js';
 import { validateRule, type ManagedTarget, type RuleEnv, type RuleInput } from './rule-input.js';
 
 /** Phases of the network layer Moat filters; `magic_transit*` are accepted as aliases. */
@@ -614,7 +614,7 @@ export function listsOfExpression(expression: string): readonly string[] {
 }
 
 /** The fields a ruleset body may have (id, version and last_updated are read-only and ignored, so that a GET's result can be sent back). */
-const RULESET_FIELDS: ReadonlySet<string> = new Set(['name', 'description', 'kind', 'phase', 'rules', 'id', 'version', 'last_updated']);
+const RULESET_FIELDS: readonly string[] = ['name', 'description', 'kind', 'phase', 'rules', 'id', 'version', 'last_updated'];
 
 /** Longest ruleset name and description, in characters. */
 export const MAX_RULESET_NAME = 200;
@@ -628,7 +628,7 @@ export const MAX_RULESET_DESCRIPTION = 500;
  */
 function checkRulesetFields(body: Record<string, unknown>): MoatError[] {
   const errors: MoatError[] = [];
-  for (const k of Object.keys(body)) if (!RULESET_FIELDS.has(k)) errors.push(invalidField(`/${k.replace(/~/g, '~0').replace(/\//g, '~1')}`, `unknown ruleset field "${k.slice(0, 100)}"`));
+  unknownFields(body, RULESET_FIELDS, '', errors);
   const name = body['name'];
   if (name !== undefined && name !== null) {
     if (typeof name !== 'string' || name.trim() === '') errors.push(invalidField('/name', '"name" must be a non-empty string'));

@@ -10,6 +10,7 @@ import type { Logger } from 'pino';
 import { MoatError } from '../errors/index.js';
 import { ApiErrors, apiError } from './api-error.js';
 import { fail } from './envelope.js';
+import { escapePointer } from './request.js';
 import { listRoutes } from './routes/lists.js';
 import { notImplementedRoutes } from './routes/not-implemented.js';
 import { healthCheckRoutes } from './routes/health-check.js';
@@ -129,9 +130,6 @@ function firstBadUtf8(buf: Buffer): number {
 /** A high surrogate not followed by a low one, or a low one not preceded by a high one. */
 const LONE_SURROGATE = /[\uD800-\uDBFF](?![\uDC00-\uDFFF])|(?<![\uD800-\uDBFF])[\uDC00-\uDFFF]/;
 
-function escapePointer(key: string): string {
-  return key.replace(/~/g, '~0').replace(/\//g, '~1');
-}
 
 /**
  * The JSON pointer of the first string (key or value) holding a lone
