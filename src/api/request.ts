@@ -65,3 +65,33 @@ export function unknownFields(body: Record<string, unknown>, known: readonly str
     if (!known.includes(k)) errors.push(invalidField(`${prefix}/${escapePointer(k)}`, `unknown field "${k}"`));
   }
 }
+
+/** A high surrogate not followed by a low one, or a low one not preceded by a high one. */
+const LONE_SURROGATE = /[\uD800-\uDBFF](?![\uDC00-\uDFFF])|(?<![\uD800-\uDBFF])[\uDC00-\uDFFF]/;
+
+
+/**
+ * The JSON pointer of the first string (key or value) holding a lone
+ * surrogate, such as `"\ud800"`: valid JSON, but no UTF-8 can store it. Walks
+ * without recursion, so a deeply nested body cannot exhaust the stack.
+ */
+export function loneSurrogateAt(value: unknown): string | undefined {
+  const stack: { v: unknown; at: string }[] = [{ v: value, at: '' }];
+  while (stack.length > 0) {
+    const { v, at } = stack.pop()!;
+    if (typeof v === 'string') {
+      if (LONE_SURROGATE.test(v)) return at;
+    } else if (Array.isArray(v)) {
+      for (let i = v.length - 1; i >= 0; i--) stack.push({ v: v[i], at: `${at}/${i}` });
+    } else if (v !== null && typeof v === 'object') {
+      const entries = Object.entries(v as Record<string, unknown>);
+      for (let i = entries.length - 1; i >= 0; i--) {
+        const [k, child] = entries[i]!;
+        const childAt = `${at}/${escapePointer(k)}`;
+        if (LONE_SURROGATE.test(k)) return childAt;
+        stack.push({ v: child, at: childAt });
+      }
+    }
+  }
+  return undefined;
+}

@@ -12,7 +12,7 @@ import { ListStore, newId, nowStamp, RulesetStore, type Database, type RulesetRo
 import { ApiErrors, apiError, invalidField } from './api-error.js';
 import type { Scope } from './auth.js';
 import type { ApiLimits } from './limits.js';
-import { isObject, unknownFields } from './request.js';
+import { isObject, loneSurrogateAt, unknownFields } from './request.js';
 import { validateRule, type ManagedTarget, type RuleEnv, type RuleInput } from './rule-input.js';
 
 /** Phases of the network layer Moat filters; `magic_transit*` are accepted as aliases. */
@@ -517,8 +517,12 @@ export class RulesetService {
   importManaged(doc: unknown): RulesetView {
     if (!isObject(doc)) throw new ApiErrors([invalidField('', 'a managed ruleset file holds a ruleset object')]);
     const body = 'result' in doc && isObject(doc['result']) ? doc['result'] : doc;
+    // A file is checked like an API body: no string SQLite would store changed, and the API's name limit.
+    const surrogate = loneSurrogateAt(body);
+    if (surrogate !== undefined) throw apiError('API_BAD_ENCODING', 'A string holds a lone UTF-16 surrogate (an unpaired \\uD800-\\uDFFF escape): it cannot be stored as UTF-8', { pointer: surrogate });
     const name = body['name'];
     if (typeof name !== 'string' || name.trim() === '') throw new ApiErrors([invalidField('/name', 'a managed ruleset needs a "name"')]);
+    if (name.length > MAX_RULESET_NAME) throw new ApiErrors([invalidField('/name', `"name" is longer than ${MAX_RULESET_NAME} characters`)]);
     const description = typeof body['description'] === 'string' ? body['description'] : '';
     const phase = canonicalPhase(typeof body['phase'] === 'string' ? body['phase'] : 'network_transit_managed');
     if (phase === undefined) throw apiError('RULESET_BAD_PHASE_NAME', `phase ${JSON.stringify(body['phase'])} is not one of ${PHASES.join(', ')}`, { pointer: '/phase' });
