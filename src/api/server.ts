@@ -70,7 +70,7 @@ const STATUS_TEXT: Record<number, string> = { 400: 'Bad Request', 401: 'Unauthor
  * a bad request line, headers too large, a timeout): a v4 envelope with a
  * registry code instead of fastify's own body. Nothing of the request is echoed.
  */
-function clientErrorHandler(err: Error & { code?: string }, socket: Duplex): void {
+export function clientErrorHandler(err: Error & { code?: string }, socket: Duplex): void {
   if (err.code === 'ECONNRESET' || socket.destroyed) return;
   const error =
     err.code === 'ERR_HTTP_REQUEST_TIMEOUT'

@@ -5,8 +5,10 @@
 // fastify's or node's own body, and never an echo of the URI. Raw requests go
 // through node:net so that nothing between the test and the server fixes them up.
 import { connect } from 'node:net';
+import { PassThrough } from 'node:stream';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { ERRORS } from '../../src/errors/index.js';
+import { clientErrorHandler } from '../../src/api/server.js';
 import { newId } from '../../src/store/index.js';
 import { startApi, type TestApi } from '../support/api.js';
 
@@ -117,6 +119,27 @@ describe('what the HTTP layer refuses', () => {
     const noAuth = await raw('CONNECT 127.0.0.1:443 HTTP/1.1\r\nHost: 127.0.0.1:443\r\n\r\n');
     expect(noAuth.status).toBe(400);
     expect(noAuth.json.errors[0].code).toBe(6003);
+  });
+});
+
+describe('node\'s client errors without a real connection', () => {
+  const answer = (code: string | undefined) => {
+    const socket = new PassThrough();
+    const chunks: Buffer[] = [];
+    socket.on('data', (c: Buffer) => chunks.push(c));
+    clientErrorHandler(Object.assign(new Error('x'), { code }), socket);
+    return Buffer.concat(chunks).toString('utf8');
+  };
+
+  it('answers a request timeout with 408/7018 and closes the connection', () => {
+    const text = answer('ERR_HTTP_REQUEST_TIMEOUT');
+    expect(text).toMatch(/^HTTP\/1\.1 408 Request Timeout\r\n/);
+    expect(text).toContain('Connection: close');
+    expect(JSON.parse(text.slice(text.indexOf('\r\n\r\n') + 4))).toMatchObject({ success: false, errors: [{ code: 7018 }], result: null });
+  });
+
+  it('writes nothing on a connection the client reset', () => {
+    expect(answer('ECONNRESET')).toBe('');
   });
 });
 
