@@ -7,6 +7,7 @@
 import type { FastifyRequest } from 'fastify';
 import { isId, isWellFormedEmail, isWellFormedKey, isWellFormedToken, type Principal, type Tokens, type Users } from '../store/index.js';
 import { apiError } from './api-error.js';
+import { shownPath } from './request.js';
 
 declare module 'fastify' {
   interface FastifyRequest {
@@ -75,7 +76,7 @@ export function authenticate(req: FastifyRequest, users: Users, tokens: Tokens):
 }
 
 function badId(req: FastifyRequest): never {
-  throw apiError('API_BAD_IDENTIFIER', `Could not route to ${req.url.split('?')[0]}, perhaps your object identifier is invalid?`);
+  throw apiError('API_BAD_IDENTIFIER', `Could not route to ${shownPath(req.url)}, perhaps your object identifier is invalid?`);
 }
 
 /**

@@ -95,3 +95,12 @@ export function loneSurrogateAt(value: unknown): string | undefined {
   }
   return undefined;
 }
+
+/** Longest part of a request's path repeated in a message; the rest is cut. */
+const SHOWN_PATH = 200;
+
+/** A request's path (no query) as messages repeat it: cut after 200 characters, so that a long URI is not echoed whole. */
+export function shownPath(url: string): string {
+  const path = url.split('?')[0] ?? '';
+  return path.length > SHOWN_PATH ? `${path.slice(0, SHOWN_PATH)}… (${path.length} characters)` : path;
+}

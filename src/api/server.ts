@@ -10,7 +10,7 @@ import type { Logger } from 'pino';
 import { MoatError } from '../errors/index.js';
 import { ApiErrors, apiError } from './api-error.js';
 import { fail } from './envelope.js';
-import { loneSurrogateAt } from './request.js';
+import { loneSurrogateAt, shownPath } from './request.js';
 import { listRoutes } from './routes/lists.js';
 import { notImplementedRoutes } from './routes/not-implemented.js';
 import { healthCheckRoutes } from './routes/health-check.js';
@@ -254,7 +254,7 @@ export async function buildServer(options: ServerOptions): Promise<FastifyInstan
     void reply
       .code(404)
       .type('application/json')
-      .send(fail([apiError('API_NO_ROUTE', 'No route for that URI'), apiError('API_BAD_IDENTIFIER', `Could not route to ${path}, perhaps your object identifier is invalid?`)]));
+      .send(fail([apiError('API_NO_ROUTE', 'No route for that URI'), apiError('API_BAD_IDENTIFIER', `Could not route to ${shownPath(req.url)}, perhaps your object identifier is invalid?`)]));
   });
 
   await app.register(rulesetRoutes, { prefix: BASE_PATH, services });

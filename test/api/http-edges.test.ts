@@ -93,6 +93,19 @@ describe('what the HTTP layer refuses', () => {
     }
   });
 
+  it('cuts what a 404, 7003 or 501 repeats of a long path after 200 characters', async () => {
+    const tail = 'abc/'.repeat(2500);
+    for (const path of [`/client/v4/nowhere/${tail}`, `/client/v4/accounts/${api.accountId}/load_balancers/pools/${tail}`]) {
+      const r = await raw(request('GET', path));
+      expect([404, 501], r.text.slice(0, 300)).toContain(r.status);
+      expect(r.text.length).toBeLessThan(1000);
+      expect(r.text).toContain(`… (${path.length} characters)`);
+    }
+    const badId = await raw(request('GET', `/client/v4/accounts/${'z'.repeat(150)}/rules/lists/${'y'.repeat(150)}`));
+    expect(badId.json.errors[0].code).toBe(7003);
+    expect(badId.text).toContain('characters)');
+  });
+
   it('authenticates before answering a bad URI: a wrong key gets the authentication error', async () => {
     const r = await raw(`GET ${rulesets()}/${'a'.repeat(300)} HTTP/1.1\r\nHost: x\r\nX-Auth-Email: ${api.email}\r\nX-Auth-Key: wrong${newId()}\r\nConnection: close\r\n\r\n`);
     expect(r.status).toBe(403);

@@ -6,6 +6,7 @@
 
 import type { FastifyPluginAsync, FastifyRequest } from 'fastify';
 import { apiError } from '../api-error.js';
+import { shownPath } from '../request.js';
 import type { Services } from '../services.js';
 
 /** What the plugin uses. */
@@ -34,7 +35,7 @@ export const notImplementedRoutes: FastifyPluginAsync<NotImplementedRoutesOption
       auth.scope(req);
       const rest = (req.params as { '*'?: string })['*'] ?? '';
       const name = feature.name(rest.split('/')[0] ?? '');
-      throw apiError('API_NOT_IMPLEMENTED', `${name} are not implemented in Moat yet (${req.method} ${req.url.split('?')[0]})`);
+      throw apiError('API_NOT_IMPLEMENTED', `${name} are not implemented in Moat yet (${req.method} ${shownPath(req.url)})`);
     };
     api.all(feature.prefix, handler);
     api.all(`${feature.prefix}/*`, handler);
