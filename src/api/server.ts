@@ -108,23 +108,23 @@ class RouteMethods {
   }
 }
 
-/** Invalid UTF-8 in a body: the offset of the first bad byte, for the message. */
+/**
+ * Invalid UTF-8 in a body: the offset of the first bad byte, for the message.
+ * One lenient decode and a walk over its replacement characters, skipping
+ * those the body really holds (EF BF BD): linear, however large the body.
+ */
 function firstBadUtf8(buf: Buffer): number {
-  let lo = 0;
-  let hi = buf.length;
-  // The longest prefix that is valid UTF-8 (or valid but cut mid-character), by halving.
-  while (lo < hi) {
-    const mid = (lo + hi + 1) >> 1;
-    let ok = true;
-    try {
-      new TextDecoder('utf-8', { fatal: true }).decode(buf.subarray(0, mid), { stream: true });
-    } catch {
-      ok = false;
-    }
-    if (ok) lo = mid;
-    else hi = mid - 1;
+  const text = buf.toString('utf8');
+  let from = 0;
+  let byte = 0;
+  for (;;) {
+    const i = text.indexOf('\uFFFD', from);
+    if (i < 0) return buf.length;
+    byte += Buffer.byteLength(text.slice(from, i));
+    if (buf[byte] !== 0xef || buf[byte + 1] !== 0xbf || buf[byte + 2] !== 0xbd) return byte;
+    byte += 3;
+    from = i + 1;
   }
-  return lo;
 }
 
 /** Parses a JSON body: strict UTF-8, then JSON, then no lone surrogates. */
