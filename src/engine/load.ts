@@ -6,8 +6,8 @@
 // costs a compile, not a rebuild of the table.
 
 import { createHash } from 'node:crypto';
-import { readFileSync, statSync, type BigIntStats } from 'node:fs';
-import { MoatError } from '../errors/index.js';
+import { statSync, type BigIntStats } from 'node:fs';
+import { MoatError, readRegularFile } from '../errors/index.js';
 import { canonicalListName, type Limits } from '../expr/index.js';
 import { geoIpFromBuffer, readGeoIpFileSync, type AsnTable, type CountryTable } from '../geoip/index.js';
 import { parseListText, readListFileSync, type IpRangeList } from '../net/index.js';
@@ -57,10 +57,10 @@ export interface LoadedBundle {
 /** Reads a file, with the coded error the caller names. */
 function readBytes(file: string, what: 'RULESET_BAD_JSON'): Buffer {
   try {
-    return readFileSync(file);
+    return readRegularFile(file, 'rules', 'rules file');
   } catch (err) {
     const code = (err as NodeJS.ErrnoException).code;
-    throw new MoatError(what, `${file}: cannot read: ${code === 'ENOENT' ? 'no such file' : (code ?? String(err))}`, { file, cause: err });
+    throw new MoatError(what, `${file}: cannot read: ${code === 'ENOENT' ? 'no such file' : (code ?? (err as Error).message)}`, { file, cause: err });
   }
 }
 

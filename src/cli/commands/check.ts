@@ -8,6 +8,7 @@ import { compileBundle, toRuleset, type GeneratedSource } from '../../engine/ind
 import { checkExpression, lineColumn, renderError, type ListProvider } from '../../expr/index.js';
 import { TRANSIT_SCHEME } from '../../packet/index.js';
 import { CliError, type Output } from '../output.js';
+import { readRegularFile } from '../../errors/index.js';
 
 interface CheckFlags {
   file?: string;
@@ -37,7 +38,7 @@ export function registerCheck(program: Command, out: Output): void {
         if (expression !== undefined) throw new CliError('give either an expression or --file, not both');
         label = flags.file === '-' ? '<stdin>' : flags.file;
         try {
-          source = readFileSync(flags.file === '-' ? 0 : flags.file, 'utf8');
+          source = flags.file === '-' ? readFileSync(0, 'utf8') : readRegularFile(flags.file, 'rules', 'rules file').toString('utf8');
         } catch (err) {
           throw new CliError(`${label}: cannot read: ${(err as NodeJS.ErrnoException).code ?? (err as Error).message}`);
         }

@@ -8,6 +8,7 @@ import { MANAGED_LISTS } from '../../expr/index.js';
 import { parseListText } from '../../net/index.js';
 import { Database, ListStore, managedListName, rangeListTexts } from '../../store/index.js';
 import { CliError, type Output } from '../output.js';
+import { readRegularFile } from '../../errors/index.js';
 import { DEFAULT_DATA_DIR } from './serve.js';
 
 interface LoadFlags {
@@ -33,7 +34,7 @@ export function registerLists(program: Command, out: Output): void {
       const label = flags.file === '-' ? '<stdin>' : flags.file;
       let text: string;
       try {
-        text = readFileSync(flags.file === '-' ? 0 : flags.file, 'utf8');
+        text = flags.file === '-' ? readFileSync(0, 'utf8') : readRegularFile(flags.file, 'list', 'list file').toString('utf8');
       } catch (err) {
         throw new CliError(`${label}: cannot read: ${(err as NodeJS.ErrnoException).code ?? (err as Error).message}`, 'LIST_READ');
       }
