@@ -9,6 +9,7 @@ import { Option, type Command } from 'commander';
 import type { FastifyInstance } from 'fastify';
 import { pino, type Logger } from 'pino';
 import { buildServer, createServices, BASE_PATH } from '../../api/index.js';
+import { hostPortProblem } from '../../config/index.js';
 import { MoatError } from '../../errors/index.js';
 import { Database, newId, secureDataDir, type Users } from '../../store/index.js';
 import { CliError, type Output } from '../output.js';
@@ -32,6 +33,9 @@ export function parseListen(s: string): { host: string; port: number } {
   const m = /^(?:\[([^\]]+)\]|([^:]*)):(\d{1,5})$/.exec(s);
   const port = m === null ? NaN : Number(m[3]);
   if (m === null || port > 65535) throw new CliError(`--listen ${s}: expected HOST:PORT, e.g. 127.0.0.1:8080 or [::1]:8080`);
+  // The host is an IP literal or a host name; port 0 lets the kernel choose (the printed URL has the port).
+  const why = m[2] === '' ? undefined : hostPortProblem(s, true);
+  if (why !== undefined) throw new CliError(`--listen ${s}: ${why}`);
   return { host: m[1] ?? (m[2] === '' ? '127.0.0.1' : m[2]!), port };
 }
 
