@@ -195,7 +195,7 @@ class Outputs {
   }
 
   private open(which: 'pass' | 'drop', linkType: number): PcapWriter {
-    const w = new PcapWriter(fdSink(openOut(this.flags[which]!), true), { linkType, resolution: 'ns' });
+    const w = new PcapWriter(fdSink(openOut(this.flags[which]!), true, this.flags[which]!), { linkType, resolution: 'ns' });
     if (which === 'drop') this.drop = w;
     else this.pass = w;
     return w;
