@@ -5,8 +5,8 @@
 import { isIPv4, isIPv6 } from 'node:net';
 import { dirname, isAbsolute, resolve } from 'node:path';
 import { z } from 'zod';
-import { MoatError, readRegularFile, setFileLimits } from '../errors/index.js';
-import { position, stripJsonComments } from './jsonc.js';
+import { MoatError, escapeControls, readRegularFile, setFileLimits } from '../errors/index.js';
+import { UnterminatedComment, position, stripJsonComments } from './jsonc.js';
 
 const listName = z.string().regex(/^\$?[a-z0-9_]+(\.[a-z0-9_]+)*$/, 'a list name: lowercase letters, digits, "_" and inner "."');
 /** Hostname syntax (RFC 1123): dot-separated labels of letters, digits and inner hyphens, 63 characters each, 253 in all. */
@@ -176,7 +176,14 @@ export function loadDaemonConfig(file: string): DaemonConfig {
     const code = (err as NodeJS.ErrnoException).code;
     throw new MoatError('CONFIG_READ', `${file}: cannot read: ${code === 'ENOENT' ? 'no such file' : (code ?? (err as Error).message)}`, { file, cause: err });
   }
-  const stripped = stripJsonComments(text);
+  let stripped: string;
+  try {
+    stripped = stripJsonComments(text);
+  } catch (err) {
+    if (!(err instanceof UnterminatedComment)) throw err;
+    const p = position(text, err.offset);
+    throw new MoatError('CONFIG_INVALID', `${file}:${p.line}:${p.column}: ${err.message}`, { file, line: p.line });
+  }
   let raw: unknown;
   try {
     raw = JSON.parse(stripped);
@@ -186,7 +193,7 @@ export function loadDaemonConfig(file: string): DaemonConfig {
       const p = position(text, Number(m[1]));
       return `:${p.line}:${p.column}`;
     })();
-    throw new MoatError('CONFIG_INVALID', `${file}${at}: ${(err as Error).message}`, { file, cause: err });
+    throw new MoatError('CONFIG_INVALID', `${file}${at}: ${escapeControls((err as Error).message)}`, { file, cause: err });
   }
   return validateDaemonConfig(raw, file);
 }

@@ -192,6 +192,12 @@ export async function readFileCodedAsync(path: string, name: ErrorName, what: st
   }
 }
 
+/** A message that may quote input (a JSON.parse message): its control characters escaped, so none reaches a terminal raw. */
+export function escapeControls(message: string): string {
+  // eslint-disable-next-line no-control-regex -- control characters are what it escapes
+  return message.replace(/[\u0000-\u001f\u007f-\u009f\ufeff]/g, (c) => `\\u${c.charCodeAt(0).toString(16).padStart(4, '0')}`);
+}
+
 /**
  * Input quoted in an error message: in double quotes, control characters,
  * quotes and backslashes escaped (JSON's escapes, \u00XX for the rest), cut
