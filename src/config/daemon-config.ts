@@ -5,7 +5,7 @@
 import { isIPv4, isIPv6 } from 'node:net';
 import { dirname, isAbsolute, resolve } from 'node:path';
 import { z } from 'zod';
-import { MoatError, escapeControls, readRegularFile, setFileLimits } from '../errors/index.js';
+import { MoatError, escapeControls, quoteInput, readRegularFile, setFileLimits } from '../errors/index.js';
 import { UnterminatedComment, position, stripJsonComments } from './jsonc.js';
 
 const listName = z.string().regex(/^\$?[a-z0-9_]+(\.[a-z0-9_]+)*$/, 'a list name: lowercase letters, digits, "_" and inner "."');
@@ -132,8 +132,9 @@ export function validateDaemonConfig(raw: unknown, file = '<config>'): DaemonCon
   const r = schema.safeParse(raw);
   if (!r.success) {
     const lines = r.error.issues.map((i) => {
-      const key = i.path.length === 0 ? '(top level)' : i.path.join('.');
-      const msg = i.code === 'unrecognized_keys' ? `unknown key${i.keys.length > 1 ? 's' : ''} ${i.keys.map((k) => `"${k}"`).join(', ')}` : i.message;
+      // Keys come from the file: quoted cut and escaped, like any input a message echoes.
+      const key = i.path.length === 0 ? '(top level)' : i.path.map((p) => (typeof p === 'string' && !/^[A-Za-z0-9_.$-]{1,80}$/.test(p) ? quoteInput(p) : String(p))).join('.');
+      const msg = i.code === 'unrecognized_keys' ? `unknown key${i.keys.length > 1 ? 's' : ''} ${i.keys.map((k) => quoteInput(k)).join(', ')}` : escapeControls(i.message);
       return `${key}: ${msg}`;
     });
     const first = r.error.issues[0]!;

@@ -7,7 +7,7 @@
 
 import { createHash } from 'node:crypto';
 import { statSync, type BigIntStats } from 'node:fs';
-import { MoatError, readRegularFile } from '../errors/index.js';
+import { MoatError, quoteInput, readRegularFile } from '../errors/index.js';
 import { canonicalListName, type Limits } from '../expr/index.js';
 import { geoIpFromBuffer, readGeoIpFileSync, type AsnTable, type CountryTable } from '../geoip/index.js';
 import { parseListText, readListFileSync, type IpRangeList } from '../net/index.js';
@@ -177,7 +177,7 @@ export class BundleLoader {
     for (const { name, file } of files.lists ?? []) {
       const canonical = canonicalListName(name.replace(/^\$/, ''));
       if (!/^[a-z0-9_]+(\.[a-z0-9_]+)*$/.test(canonical)) {
-        throw new MoatError('LIST_BAD_ENTRY', `${file}: "${name}" is not a valid list name`, { file });
+        throw new MoatError('LIST_BAD_ENTRY', `${file}: ${quoteInput(name)} is not a valid list name`, { file });
       }
       if (names.includes(canonical)) throw new MoatError('LIST_BAD_ENTRY', `list ${canonical} is given twice`, { file });
       names.push(canonical);

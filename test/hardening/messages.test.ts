@@ -84,3 +84,17 @@ describe('configuration and rules messages', () => {
     expect(quoteInput('y'.repeat(100), 10)).toBe(`"${'y'.repeat(10)}…" (100 characters)`);
   });
 });
+
+describe('input echoed by configuration and command-line messages', () => {
+  it('quotes configuration keys from the file cut and escaped', () => {
+    const f = file('keys.jsonc', JSON.stringify({ mode: 'monitor', interfaces: ['lo'], rules: { account: RULES }, ['k\u001b' + 'y'.repeat(200)]: 1 }));
+    const e = thrown(() => loadDaemonConfig(f));
+    expect(e.message).toBe(`${f}: (top level): unknown key "k\\u001b${'y'.repeat(78)}…" (202 characters)`);
+  });
+
+  it('quotes command-line values cut and escaped', async () => {
+    const { moat } = await import('../support/cli.js');
+    const r = await moat('check', '--max-depth', '\u001b[2J' + '9'.repeat(500), 'tcp');
+    expect(r.stderr).toBe(`moat: error 5010: --max-depth takes a positive integer, not "\\u001b[2J${'9'.repeat(76)}…" (504 characters)`);
+  });
+});

@@ -8,7 +8,7 @@ import { compileBundle, toRuleset, type GeneratedSource } from '../../engine/ind
 import { checkExpression, lineColumn, renderError, type ListProvider } from '../../expr/index.js';
 import { TRANSIT_SCHEME } from '../../packet/index.js';
 import { CliError, type Output } from '../output.js';
-import { readRegularFile } from '../../errors/index.js';
+import { quoteInput, readRegularFile } from '../../errors/index.js';
 
 interface CheckFlags {
   file?: string;
@@ -100,7 +100,7 @@ export const MAX_DEPTH_CAP = 256;
 
 function positive(v: string | undefined, flag: string, max = Number.MAX_SAFE_INTEGER): number {
   const n = Number(v);
-  if (!Number.isInteger(n) || n < 1) throw new CliError(`${flag} takes a positive integer, not "${v}"`);
+  if (!Number.isInteger(n) || n < 1) throw new CliError(`${flag} takes a positive integer, not ${quoteInput(v ?? '')}`);
   if (n > max) throw new CliError(`${flag} takes at most ${max} (deeper nesting would overflow the stack), not ${n}`);
   return n;
 }

@@ -8,7 +8,7 @@ import { MANAGED_LISTS } from '../../expr/index.js';
 import { parseListText } from '../../net/index.js';
 import { Database, ListStore, managedListName, rangeListTexts } from '../../store/index.js';
 import { CliError, type Output } from '../output.js';
-import { readRegularFile } from '../../errors/index.js';
+import { quoteInput, readRegularFile } from '../../errors/index.js';
 import { DEFAULT_DATA_DIR } from './serve.js';
 
 interface LoadFlags {
@@ -29,7 +29,7 @@ export function registerLists(program: Command, out: Output): void {
     .action((flags: LoadFlags) => {
       const name = managedListName(flags.name);
       if (name === undefined) {
-        throw new CliError(`"${flags.name}" is not a managed list; they are ${MANAGED_LISTS.join(', ')} (account lists are changed through the API)`);
+        throw new CliError(`${quoteInput(flags.name)} is not a managed list; they are ${MANAGED_LISTS.join(', ')} (account lists are changed through the API)`);
       }
       const label = flags.file === '-' ? '<stdin>' : flags.file;
       let text: string;
