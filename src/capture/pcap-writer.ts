@@ -23,6 +23,7 @@
 
 import { closeSync, openSync, writeSync } from 'node:fs';
 import type { Writable } from 'node:stream';
+import { MoatError } from '../errors/index.js';
 import { LINKTYPE } from '../packet/index.js';
 
 /** Magic number of a pcap file with microsecond timestamps. */
@@ -238,14 +239,23 @@ export class PcapWriter {
 }
 
 /**
- * A sink writing to a file descriptor with synchronous writes.
+ * A sink writing to a file descriptor with synchronous writes. A failed write
+ * (a full disk: ENOSPC, /dev/full) is MoatError 3008 naming `name`; a reader
+ * that went away (EPIPE) is passed on as it is, for the CLI to stop quietly.
  * @param ownsFd close the descriptor when the writer closes (default false)
+ * @param name the file in error messages (default "file descriptor N")
  */
-export function fdSink(fd: number, ownsFd = false): PcapSink {
+export function fdSink(fd: number, ownsFd = false, name = `file descriptor ${fd}`): PcapSink {
   return {
     write(chunk: Uint8Array): void {
       let offset = 0;
-      while (offset < chunk.length) offset += writeSync(fd, chunk, offset, chunk.length - offset);
+      try {
+        while (offset < chunk.length) offset += writeSync(fd, chunk, offset, chunk.length - offset);
+      } catch (err) {
+        const e = err as NodeJS.ErrnoException;
+        if (e.code === 'EPIPE') throw err;
+        throw new MoatError('CAPTURE_WRITE', `${name}: cannot write: ${e.code === 'ENOSPC' ? 'no space left on device' : e.code ?? e.message}`, { file: name, cause: err });
+      }
     },
     close(): void {
       if (ownsFd) closeSync(fd);
@@ -289,7 +299,7 @@ export class BufferSink implements PcapSink {
 export function openPcapFile(path: string, options: PcapWriterOptions = {}): PcapWriter {
   const fd = openSync(path, 'w');
   try {
-    return new PcapWriter(fdSink(fd, true), options);
+    return new PcapWriter(fdSink(fd, true, path), options);
   } catch (err) {
     closeSync(fd);
     throw err;

@@ -13,6 +13,9 @@ export class CliError extends MoatError {
   }
 }
 
+/** Exit status when standard output (or a file given as a pipe) is closed by its reader: 128 + SIGPIPE, as Unix tools. */
+export const EXIT_PIPE = 141;
+
 /** Where a command writes, and the exit code it sets. */
 export interface Output {
   stdout(line: string): void;
@@ -66,6 +69,11 @@ export function codedErrors(err: unknown): readonly MoatError[] | undefined {
  * Returns false, printing nothing, for an error that carries no code.
  */
 export function reportError(out: Output, err: unknown, prefix?: string): boolean {
+  // A reader that went away (a pipe into `head`): no message, as Unix tools.
+  if ((err as NodeJS.ErrnoException | null)?.code === 'EPIPE') {
+    out.exitCode = EXIT_PIPE;
+    return true;
+  }
   const errors = codedErrors(err);
   if (errors === undefined) return false;
   for (const e of errors) out.stderr(formatError(e, prefix));

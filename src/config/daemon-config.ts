@@ -2,14 +2,38 @@
 // comments), unknown keys rejected, every error naming its key, and the result
 // deep-frozen. Files are JSON with comments (see config/daemon.example.jsonc).
 
-import { readFileSync } from 'node:fs';
+import { isIPv4, isIPv6 } from 'node:net';
 import { dirname, isAbsolute, resolve } from 'node:path';
 import { z } from 'zod';
-import { MoatError } from '../errors/index.js';
-import { position, stripJsonComments } from './jsonc.js';
+import { MoatError, escapeControls, quoteInput, readRegularFile, setFileLimits } from '../errors/index.js';
+import { UnterminatedComment, position, stripJsonComments } from './jsonc.js';
 
 const listName = z.string().regex(/^\$?[a-z0-9_]+(\.[a-z0-9_]+)*$/, 'a list name: lowercase letters, digits, "_" and inner "."');
-const hostPort = z.string().regex(/^(\[[0-9a-fA-F:.]+\]|[A-Za-z0-9.-]+):\d{1,5}$/, 'HOST:PORT, e.g. 127.0.0.1:9490');
+/** Hostname syntax (RFC 1123): dot-separated labels of letters, digits and inner hyphens, 63 characters each, 253 in all. */
+const HOSTNAME = /^(?=.{1,253}$)[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?(?:\.[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?)*\.?$/;
+
+/**
+ * Why `s` is not a HOST:PORT to listen on, or undefined when it is: HOST an
+ * IPv4 literal, an IPv6 literal in brackets or a host name; PORT 1-65535, or
+ * 0 (the kernel picks one) when `allowZero`.
+ */
+export function hostPortProblem(s: string, allowZero = false): string | undefined {
+  const m = /^(?:\[([^\]]*)\]|([^:[\]]*)):([0-9]+)$/.exec(s);
+  if (m === null) return 'expected HOST:PORT, e.g. 127.0.0.1:9490 or [::1]:9490';
+  const port = m[3]!.length > 5 ? Infinity : Number(m[3]);
+  if (port > 65535 || (port === 0 && !allowZero)) return `port ${m[3]} is out of range: ${allowZero ? '0' : '1'}-65535`;
+  if (m[1] !== undefined) return isIPv6(m[1]) ? undefined : `${m[1]} is not an IPv6 address`;
+  const host = m[2]!;
+  // All digits and dots: meant as IPv4, so it must be one (1.2.3.999 is not a host name either).
+  if (/^[0-9.]+$/.test(host)) return isIPv4(host) ? undefined : `${host} is not an IPv4 address`;
+  if (!HOSTNAME.test(host)) return `${JSON.stringify(host)} is not an IP address or a host name`;
+  return undefined;
+}
+
+const hostPort = z.string().superRefine((s, ctx) => {
+  const why = hostPortProblem(s);
+  if (why !== undefined) ctx.addIssue({ code: 'custom', message: `HOST:PORT: ${why}` });
+});
 
 const schema = z.strictObject({
   /** monitor: capture and judge, forward nothing; inline: bridge two interfaces and drop what is blocked. */
@@ -77,6 +101,17 @@ const schema = z.strictObject({
    * Bad ones are usually an end host's checksum offload on a veth lab.
    */
   checksumSample: z.number().int().min(0).max(1_000_000).default(1000),
+  /**
+   * Size limits of the files the daemon reads, MiB: a larger file (or a
+   * device, a FIFO) is refused with its read error before it is read.
+   */
+  limits: z
+    .strictObject({
+      listMiB: z.number().int().min(1).max(2047).default(256),
+      geoipMiB: z.number().int().min(1).max(2047).default(512),
+      rulesMiB: z.number().int().min(1).max(2047).default(16),
+    })
+    .default({ listMiB: 256, geoipMiB: 512, rulesMiB: 16 }),
   /** Reload when the ruleset, list or GeoIP files change (SIGHUP always reloads). */
   watch: z.boolean().default(true),
 });
@@ -97,8 +132,9 @@ export function validateDaemonConfig(raw: unknown, file = '<config>'): DaemonCon
   const r = schema.safeParse(raw);
   if (!r.success) {
     const lines = r.error.issues.map((i) => {
-      const key = i.path.length === 0 ? '(top level)' : i.path.join('.');
-      const msg = i.code === 'unrecognized_keys' ? `unknown key${i.keys.length > 1 ? 's' : ''} ${i.keys.map((k) => `"${k}"`).join(', ')}` : i.message;
+      // Keys come from the file: quoted cut and escaped, like any input a message echoes.
+      const key = i.path.length === 0 ? '(top level)' : i.path.map((p) => (typeof p === 'string' && !/^[A-Za-z0-9_.$-]{1,80}$/.test(p) ? quoteInput(p) : String(p))).join('.');
+      const msg = i.code === 'unrecognized_keys' ? `unknown key${i.keys.length > 1 ? 's' : ''} ${i.keys.map((k) => quoteInput(k)).join(', ')}` : escapeControls(i.message);
       return `${key}: ${msg}`;
     });
     const first = r.error.issues[0]!;
@@ -127,6 +163,8 @@ export function validateDaemonConfig(raw: unknown, file = '<config>'): DaemonCon
   if (c.geoip.country !== undefined) c.geoip.country = abs(c.geoip.country);
   if (c.geoip.asn !== undefined) c.geoip.asn = abs(c.geoip.asn);
   if (c.dropCapture !== undefined) c.dropCapture.path = abs(c.dropCapture.path);
+  // The readers of lists, GeoIP databases and rules files apply these from now on.
+  setFileLimits({ list: c.limits.listMiB * 1024 * 1024, geoip: c.limits.geoipMiB * 1024 * 1024, rules: c.limits.rulesMiB * 1024 * 1024 });
   return deepFreeze(c);
 }
 
@@ -134,12 +172,19 @@ export function validateDaemonConfig(raw: unknown, file = '<config>'): DaemonCon
 export function loadDaemonConfig(file: string): DaemonConfig {
   let text: string;
   try {
-    text = readFileSync(file, 'utf8');
+    text = readRegularFile(file, 'config', 'configuration file').toString('utf8');
   } catch (err) {
     const code = (err as NodeJS.ErrnoException).code;
-    throw new MoatError('CONFIG_READ', `${file}: cannot read: ${code === 'ENOENT' ? 'no such file' : (code ?? String(err))}`, { file, cause: err });
+    throw new MoatError('CONFIG_READ', `${file}: cannot read: ${code === 'ENOENT' ? 'no such file' : (code ?? (err as Error).message)}`, { file, cause: err });
   }
-  const stripped = stripJsonComments(text);
+  let stripped: string;
+  try {
+    stripped = stripJsonComments(text);
+  } catch (err) {
+    if (!(err instanceof UnterminatedComment)) throw err;
+    const p = position(text, err.offset);
+    throw new MoatError('CONFIG_INVALID', `${file}:${p.line}:${p.column}: ${err.message}`, { file, line: p.line });
+  }
   let raw: unknown;
   try {
     raw = JSON.parse(stripped);
@@ -149,7 +194,7 @@ export function loadDaemonConfig(file: string): DaemonConfig {
       const p = position(text, Number(m[1]));
       return `:${p.line}:${p.column}`;
     })();
-    throw new MoatError('CONFIG_INVALID', `${file}${at}: ${(err as Error).message}`, { file, cause: err });
+    throw new MoatError('CONFIG_INVALID', `${file}${at}: ${escapeControls((err as Error).message)}`, { file, cause: err });
   }
   return validateDaemonConfig(raw, file);
 }

@@ -2,9 +2,22 @@
 // files. Comments are blanked out in place, so JSON.parse positions still map
 // to the right line and column of the file.
 
-/** Returns `text` with comments and trailing commas replaced by spaces. */
+/** A comment opened with slash-star and never closed; `offset` is where it opens. */
+export class UnterminatedComment extends Error {
+  constructor(readonly offset: number) {
+    super('unterminated /* comment: it opens here and is never closed with */');
+    this.name = 'UnterminatedComment';
+  }
+}
+
+/**
+ * Returns `text` with comments and trailing commas replaced by spaces (and a
+ * leading UTF-8 byte order mark, which editors on Windows write, by a space).
+ * Throws UnterminatedComment for a block comment that never ends.
+ */
 export function stripJsonComments(text: string): string {
   const out = text.split('');
+  if (text.charCodeAt(0) === 0xfeff) out[0] = ' ';
   let i = 0;
   const n = text.length;
   while (i < n) {
@@ -17,7 +30,8 @@ export function stripJsonComments(text: string): string {
       while (i < n && text[i] !== '\n') out[i++] = ' ';
     } else if (c === '/' && text[i + 1] === '*') {
       const end = text.indexOf('*/', i + 2);
-      const stop = end < 0 ? n : end + 2;
+      if (end < 0) throw new UnterminatedComment(i);
+      const stop = end + 2;
       for (; i < stop; i++) if (text[i] !== '\n') out[i] = ' ';
     } else if (c === ',') {
       // A comma followed (after blanks and comments) by } or ] is a trailing comma.

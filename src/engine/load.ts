@@ -6,13 +6,14 @@
 // costs a compile, not a rebuild of the table.
 
 import { createHash } from 'node:crypto';
-import { readFileSync, statSync, type BigIntStats } from 'node:fs';
-import { MoatError } from '../errors/index.js';
+import { statSync, type BigIntStats } from 'node:fs';
+import { MoatError, quoteInput, readRegularFile } from '../errors/index.js';
 import { canonicalListName, type Limits } from '../expr/index.js';
 import { geoIpFromBuffer, readGeoIpFileSync, type AsnTable, type CountryTable } from '../geoip/index.js';
 import { parseListText, readListFileSync, type IpRangeList } from '../net/index.js';
 import { AddressTable, MAX_LISTS, type AddressTableList } from '../table/index.js';
 import { BundleError, compileBundle } from './compile-bundle.js';
+import { expressionPosition } from './locate-source.js';
 import { missingData, type MissingDataPolicy } from './missing-data.js';
 import type { Evaluator } from './evaluator.js';
 import { tableLists } from './table-lists.js';
@@ -57,10 +58,27 @@ export interface LoadedBundle {
 /** Reads a file, with the coded error the caller names. */
 function readBytes(file: string, what: 'RULESET_BAD_JSON'): Buffer {
   try {
-    return readFileSync(file);
+    return readRegularFile(file, 'rules', 'rules file');
   } catch (err) {
     const code = (err as NodeJS.ErrnoException).code;
-    throw new MoatError(what, `${file}: cannot read: ${code === 'ENOENT' ? 'no such file' : (code ?? String(err))}`, { file, cause: err });
+    throw new MoatError(what, `${file}: cannot read: ${code === 'ENOENT' ? 'no such file' : (code ?? (err as Error).message)}`, { file, cause: err });
+  }
+}
+
+/**
+ * Prefixes each expression error of a rules file with `file:line:column: `
+ * where the span starts in the file (the message keeps its rule; the pointer
+ * stays). Errors of managed rulesets' rules keep their own wording.
+ */
+function withFilePositions(err: BundleError, files: readonly string[], bytes: readonly Buffer[], rulesets: readonly Ruleset[]): void {
+  for (const e of err.errors) {
+    const m = /^\/rules\/(\d+)\/expression$/.exec(e.pointer ?? '');
+    if (m === null || e.span === undefined || / of managed ruleset /.test(e.message)) continue;
+    const level = e.message.startsWith('zone ruleset') ? 1 : e.message.startsWith('account ruleset') ? 0 : -1;
+    const rule = rulesets[level]?.rules[Number(m[1])];
+    if (level < 0 || rule === undefined || files[level] === undefined) continue;
+    const at = expressionPosition(bytes[level]!.toString('utf8'), Number(m[1]), rule.expression, e.span.start);
+    if (at !== undefined) e.message = `${files[level]}:${at.line}:${at.column}: ${e.message}`;
   }
 }
 
@@ -159,7 +177,7 @@ export class BundleLoader {
     for (const { name, file } of files.lists ?? []) {
       const canonical = canonicalListName(name.replace(/^\$/, ''));
       if (!/^[a-z0-9_]+(\.[a-z0-9_]+)*$/.test(canonical)) {
-        throw new MoatError('LIST_BAD_ENTRY', `${file}: "${name}" is not a valid list name`, { file });
+        throw new MoatError('LIST_BAD_ENTRY', `${file}: ${quoteInput(name)} is not a valid list name`, { file });
       }
       if (names.includes(canonical)) throw new MoatError('LIST_BAD_ENTRY', `list ${canonical} is given twice`, { file });
       names.push(canonical);
@@ -211,7 +229,13 @@ export class BundleLoader {
       if (this.table !== undefined && geoKey === this.geoKey) table.shareValueScreens(this.table);
     }
     whole.update(tableKey);
-    const evaluator = compileBundle({ account: rulesets[0], zone: rulesets[1], lists: tableLists(table), limits: files.limits, managed });
+    let evaluator;
+    try {
+      evaluator = compileBundle({ account: rulesets[0], zone: rulesets[1], lists: tableLists(table), limits: files.limits, managed });
+    } catch (err) {
+      if (err instanceof BundleError) withFilePositions(err, files.rules, ruleBytes, rulesets);
+      throw err;
+    }
     const missing = missingData(evaluator, { country: geoip !== undefined, asn: asn !== undefined, lists: names });
     if (missing.length > 0 && files.missingData === 'error') throw new BundleError(missing);
     // Kept only once the whole bundle compiled: a rejected load changes nothing.

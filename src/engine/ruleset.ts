@@ -2,7 +2,7 @@
 // and validating the JSON of a ruleset, or of the v4 envelope around one, with
 // errors that name the file and the JSON pointer.
 
-import { MoatError } from '../errors/index.js';
+import { MoatError, escapeControls } from '../errors/index.js';
 
 /** Rule actions of the network_transit phase (`execute` runs a managed ruleset in place). */
 export type RuleAction = 'block' | 'skip' | 'log' | 'execute';
@@ -158,9 +158,17 @@ function toRule(r: unknown, at: string, file: string | undefined): Rule {
 export function parseRuleset(text: string, file?: string): Ruleset {
   let json: unknown;
   try {
-    json = JSON.parse(text);
+    // A leading byte order mark (editors on Windows write one) is skipped.
+    json = JSON.parse(text.charCodeAt(0) === 0xfeff ? ' ' + text.slice(1) : text);
   } catch (err) {
-    throw new MoatError('RULESET_BAD_JSON', `${file === undefined ? '' : file + ': '}${(err as Error).message}`, { file, cause: err });
+    const m = /position (\d+)/.exec((err as Error).message);
+    let at = '';
+    if (m !== null && file !== undefined) {
+      const before = text.slice(0, Number(m[1]));
+      const line = before.split('\n').length;
+      at = `:${line}:${Number(m[1]) - before.lastIndexOf('\n')}`;
+    }
+    throw new MoatError('RULESET_BAD_JSON', `${file === undefined ? '' : file + at + ': '}${escapeControls((err as Error).message)}`, { file, cause: err });
   }
   return toRuleset(json, file);
 }

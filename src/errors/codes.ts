@@ -155,6 +155,7 @@ export const ERRORS = Object.freeze({
   STORE_BUSY: def(8003, 503, 'the database is busy'),
   STORE_NEWER_SCHEMA: def(8004, 500, 'the database was written by a newer Moat'),
   STORE_NO_DATABASE: def(8005, 404, 'no database in the data directory (only `moat serve` creates one)'),
+  STORE_PERMISSIONS: def(8006, 500, 'the data directory or a file in it is open to other users and cannot be made owner-only'),
 });
 
 /** Symbolic error name. */

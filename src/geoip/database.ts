@@ -64,7 +64,7 @@ export async function openGeoIp(path: string, options?: OpenGeoIpOptions & { kin
 export async function openGeoIp(path: string, options?: OpenGeoIpOptions & { kind: 'asn' }): Promise<GeoIpDatabase<AsnTable>>;
 export async function openGeoIp(path: string, options?: OpenGeoIpOptions): Promise<GeoIpDatabase>;
 export async function openGeoIp(path: string, options: OpenGeoIpOptions = {}): Promise<GeoIpDatabase> {
-  return geoIpFromBuffer(await readFileCodedAsync(path, 'GEOIP_READ', 'GeoIP database'), path, options);
+  return geoIpFromBuffer(await readFileCodedAsync(path, 'GEOIP_READ', 'GeoIP database', 'geoip'), path, options);
 }
 
 /** Synchronous form of {@link openGeoIp}. */
@@ -74,7 +74,7 @@ export function openGeoIpSync(path: string, options: OpenGeoIpOptions = {}): Geo
 
 /** The bytes of a database file, for callers that keep them (a digest) before geoIpFromBuffer. Unreadable file: GEOIP_READ. */
 export function readGeoIpFileSync(path: string): Buffer {
-  return readFileCoded(path, 'GEOIP_READ', 'GeoIP database');
+  return readFileCoded(path, 'GEOIP_READ', 'GeoIP database', 'geoip');
 }
 
 const COUNTRY_TYPE = /country|city|enterprise/i;

@@ -1,6 +1,7 @@
 // IpRangeSet: a set of IPv4 and IPv6 addresses given as single addresses, CIDRs
 // or explicit ranges. It is the matcher behind `ip.src in {...}` and `in $list`.
 
+import { quoteInput } from '../errors/index.js';
 import { compareWords, parseCidr, parseIp, prefixLast, type IpAddress } from './ip.js';
 import { Ip6RangeSet, NumberRangeSet } from './range-set.js';
 
@@ -34,21 +35,21 @@ export function parseIpRange(text: string): IpRange | string {
   if (dots >= 0) {
     const a = parseIp(text.slice(0, dots));
     const b = parseIp(text.slice(dots + 2));
-    if (a === undefined || b === undefined) return `invalid IP range "${text}"`;
-    if (a.family !== b.family) return `IP range "${text}" mixes IPv4 and IPv6`;
-    if (compareWords(a.words, b.words) > 0) return `IP range "${text}" ends before it starts`;
+    if (a === undefined || b === undefined) return `invalid IP range ${quoteInput(text)}`;
+    if (a.family !== b.family) return `IP range ${quoteInput(text)} mixes IPv4 and IPv6`;
+    if (compareWords(a.words, b.words) > 0) return `IP range ${quoteInput(text)} ends before it starts`;
     return { family: a.family, first: a.words, last: b.words };
   }
   if (text.includes('/')) {
     const r = parseCidr(text);
     if (!r.ok) {
-      if (r.reason === 'host-bits') return `CIDR "${text}" has host bits set (did you mean ${r.network}?)`;
-      return r.reason === 'length' ? `invalid prefix length in "${text}"` : `invalid CIDR "${text}"`;
+      if (r.reason === 'host-bits') return `CIDR ${quoteInput(text)} has host bits set (did you mean ${r.network}?)`;
+      return r.reason === 'length' ? `invalid prefix length in ${quoteInput(text)}` : `invalid CIDR ${quoteInput(text)}`;
     }
     return { family: r.prefix.address.family, first: r.prefix.address.words, last: prefixLast(r.prefix).words };
   }
   const a: IpAddress | undefined = parseIp(text);
-  if (a === undefined) return `invalid IP address "${text}"`;
+  if (a === undefined) return `invalid IP address ${quoteInput(text)}`;
   return { family: a.family, first: a.words, last: a.words };
 }
 

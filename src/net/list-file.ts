@@ -38,7 +38,7 @@ export function emptyRangeList(): IpRangeList {
 
 /** Reads and parses a list file. Unreadable file: MoatError LIST_READ (4002); bad entry: LIST_BAD_ENTRY (4001). */
 export async function loadListFile(path: string): Promise<IpRangeList> {
-  return parseListText((await readFileCodedAsync(path, 'LIST_READ', 'list file')).toString('utf8'), path);
+  return parseListText((await readFileCodedAsync(path, 'LIST_READ', 'list file', 'list')).toString('utf8'), path);
 }
 
 /** Synchronous form of {@link loadListFile}. */
@@ -48,7 +48,7 @@ export function loadListFileSync(path: string): IpRangeList {
 
 /** The bytes of a list file, for callers that keep them (a digest) before parseListText. Unreadable file: LIST_READ. */
 export function readListFileSync(path: string): Buffer {
-  return readFileCoded(path, 'LIST_READ', 'list file');
+  return readFileCoded(path, 'LIST_READ', 'list file', 'list');
 }
 
 /**

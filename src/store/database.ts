@@ -4,7 +4,7 @@
 // CLI writing while `moat serve` runs) the busy timeout and IMMEDIATE
 // transactions serialise them.
 
-import { existsSync, mkdirSync } from 'node:fs';
+import { chmodSync, existsSync, lstatSync, mkdirSync, readdirSync } from 'node:fs';
 import { join } from 'node:path';
 import BetterSqlite3 from 'better-sqlite3';
 import { MoatError } from '../errors/index.js';
@@ -51,6 +51,48 @@ function cachePreparedStatements(db: Db): void {
     }
     return st;
   }) as Db['prepare'];
+}
+
+/**
+ * Makes the data directory owner-only (0700) and every file in it 0600: the
+ * database and its -wal/-shm hold keys' hashes and every ruleset. Returns one
+ * line per mode it tightened (for the caller to log); refuses with 8006 what
+ * it cannot tighten (a directory or file of another user, a failed chmod). A
+ * missing directory is left alone (it is created 0700).
+ */
+export function secureDataDir(dataDir: string): string[] {
+  const changed: string[] = [];
+  const uid = typeof process.getuid === 'function' ? process.getuid() : undefined;
+  const tighten = (path: string, want: number): void => {
+    const st = lstatSync(path);
+    if (st.isSymbolicLink()) return; // a link's own mode means nothing; what it points to is not ours to change
+    const mode = st.mode & 0o777;
+    if ((mode & 0o077) === 0) return;
+    const octal = (m: number) => '0' + m.toString(8).padStart(3, '0');
+    if (uid !== undefined && uid !== 0 && st.uid !== uid) {
+      throw new MoatError('STORE_PERMISSIONS', `${path} is mode ${octal(mode)} and owned by uid ${st.uid}, not by this user (uid ${uid}): run moat serve as its owner, or make it owner-only (chmod ${octal(want)})`);
+    }
+    const next = mode & want;
+    try {
+      chmodSync(path, next);
+    } catch (err) {
+      throw new MoatError('STORE_PERMISSIONS', `${path} is mode ${octal(mode)} (open to other users) and cannot be made ${octal(next)}: ${(err as Error).message}`, { cause: err });
+    }
+    changed.push(`${path}: mode ${octal(mode)} -> ${octal(next)} (owner-only)`);
+  };
+  let st;
+  try {
+    st = lstatSync(dataDir);
+  } catch {
+    return changed;
+  }
+  if (!st.isDirectory()) return changed; // Database.open reports it
+  tighten(dataDir, 0o700);
+  for (const name of readdirSync(dataDir)) {
+    const path = join(dataDir, name);
+    tighten(path, lstatSync(path).isDirectory() ? 0o700 : 0o600);
+  }
+  return changed;
 }
 
 /** An open database with its schema at the latest version. */

@@ -88,7 +88,8 @@ describe('moat daemon --check', () => {
     const f = config({}, [{ action: 'block', expression: 'tcp.dstport == 22' }, { action: 'block', expression: 'ip.src == 10.0.0.0/8' }]);
     const r = await moat('daemon', '--config', f, '--check');
     expect(r.code).toBe(1);
-    expect(r.stderr).toBe('moat: error 1010: account ruleset, rule 1: a CIDR can only be used inside a set (hint: write "in {10.0.0.0/8}")');
+    // The file, line and column where the error is in the rules file (#16 item 10).
+    expect(r.stderr).toBe(`moat: error 1010: ${join(dir, 'rules.json')}:1:105: account ruleset, rule 1: a CIDR can only be used inside a set (hint: write "in {10.0.0.0/8}")`);
   });
 
   it('warns about a country rule without a GeoIP database and a list that is not given; --strict and "missingData": "error" make them errors', async () => {

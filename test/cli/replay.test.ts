@@ -173,8 +173,8 @@ describe('moat replay', () => {
     const r = await moat('replay', pcap, '--rules', join(dir, 'bad.json'));
     expect(r.code).toBe(1);
     expect(r.stderr.split('\n')).toEqual([
-      'moat: error 2006: account ruleset, rule 0: unknown list $office (hint: create the list first, or check its name)',
-      'moat: error 1011: account ruleset, rule 1: set items are separated by spaces, not commas (hint: write {80 443}, not {80, 443})',
+      `moat: error 2006: ${join(dir, 'bad.json')}:1:53: account ruleset, rule 0: unknown list $office (hint: create the list first, or check its name)`,
+      `moat: error 1011: ${join(dir, 'bad.json')}:1:112: account ruleset, rule 1: set items are separated by spaces, not commas (hint: write {80 443}, not {80, 443})`,
     ]);
     expect(r.stdout).toBe('');
   });

@@ -3,7 +3,7 @@
 // writing concurrently and still numbering versions linearly, and every write
 // acknowledged before a kill -9 present after a restart.
 import { spawn, type ChildProcess } from 'node:child_process';
-import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs';
+import { chmodSync, existsSync, mkdirSync, mkdtempSync, readFileSync, readdirSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
@@ -20,8 +20,8 @@ function tempDir(): string {
 }
 
 /** Spawns `moat serve` (killed after the test) and waits until it has started. */
-async function serve(dataDir: string): Promise<ServeProcess> {
-  const s = await serveProcess(dataDir);
+async function serve(dataDir: string, extra: readonly string[] = []): Promise<ServeProcess> {
+  const s = await serveProcess(dataDir, extra);
   children.push(s.child);
   return s;
 }
@@ -29,8 +29,8 @@ async function serve(dataDir: string): Promise<ServeProcess> {
 beforeAll(() => ensureBuilt(), 120_000);
 
 /** Runs the built `moat serve` with `args` and waits for it to exit (it must, within 15 s). */
-function serveExit(args: string[]): Promise<{ code: number | null; stdout: string; stderr: string }> {
-  const child = spawn(process.execPath, [BIN, 'serve', '--log-level', 'info', ...args], { cwd: ROOT, stdio: ['ignore', 'pipe', 'pipe'] });
+function serveExit(args: string[], as?: { uid: number; gid: number }): Promise<{ code: number | null; stdout: string; stderr: string }> {
+  const child = spawn(process.execPath, [BIN, 'serve', '--log-level', 'info', ...args], { cwd: ROOT, stdio: ['ignore', 'pipe', 'pipe'], ...as });
   children.push(child);
   let stdout = '';
   let stderr = '';
@@ -67,9 +67,9 @@ describe('moat serve', () => {
     const c = credentials(s);
     expect(c.email).toBe('admin@moat.local');
     expect(c.accountId).toMatch(/^[0-9a-f]{32}$/);
-    const saved = JSON.parse(readFileSync(join(dir, 'first-user.json'), 'utf8'));
-    expect(saved).toEqual({ email: c.email, key: c.key, account_id: c.accountId });
-    expect(statSync(join(dir, 'first-user.json')).mode & 0o777).toBe(0o600);
+    // The plaintext key is not written to disk unless asked for.
+    expect(existsSync(join(dir, 'first-user.json'))).toBe(false);
+    expect(s.lines.join('\n')).toContain('the key is shown once; keep it now');
     const cf = client(s.url, c);
     const rs = await written(cf.rulesets.create({ account_id: c.accountId, name: 'first', kind: 'root', phase: PHASE, rules: [{ action: 'block', expression: 'tcp.dstport == 23' }] }));
     expect(rs.version).toBe('1');
@@ -85,6 +85,58 @@ describe('moat serve', () => {
     expect(again.lines.join('\n')).not.toContain('X-Auth-Key');
     expect(again.lines).toContain(`moat: 1 user(s); manage them with: moat users list --data-dir ${dir}`);
     expect((await client(again.url, c).rulesets.get(rs.id, { account_id: c.accountId })).rules[0]!.expression).toBe('tcp.dstport == 23');
+  });
+
+  it('--write-first-user writes the first user\'s key to first-user.json, mode 0600', async () => {
+    const dir = tempDir();
+    const s = await serve(dir, ['--write-first-user']);
+    const c = credentials(s);
+    const saved = JSON.parse(readFileSync(join(dir, 'first-user.json'), 'utf8'));
+    expect(saved).toEqual({ email: c.email, key: c.key, account_id: c.accountId });
+    expect(statSync(join(dir, 'first-user.json')).mode & 0o777).toBe(0o600);
+    expect(s.lines.join('\n')).toContain('delete that file once the key is stored elsewhere');
+  });
+
+  it('makes an existing data directory owner-only at start: 0700, every file (moat.db, -wal, -shm, first-user.json) 0600, saying so', async () => {
+    const dir = tempDir();
+    const first = await serve(dir, ['--write-first-user']);
+    const c = credentials(first);
+    // kill -9 leaves -wal and -shm beside the database.
+    first.child.kill('SIGKILL');
+    await first.exited;
+    const files = ['moat.db', 'moat.db-wal', 'moat.db-shm', 'first-user.json'];
+    for (const f of files) expect(existsSync(join(dir, f)), f).toBe(true);
+    // Loosened as a copy or an older Moat would leave them.
+    chmodSync(dir, 0o755);
+    for (const f of files) chmodSync(join(dir, f), 0o644);
+    const again = await serve(dir);
+    expect(statSync(dir).mode & 0o777).toBe(0o700);
+    for (const f of readdirSync(dir)) expect(statSync(join(dir, f)).mode & 0o777, f).toBe(0o600);
+    const said = again.stderr();
+    expect(said).toContain(`moat: tightened ${dir}: mode 0755 -> 0700 (owner-only)`);
+    for (const f of files) expect(said).toContain(`moat: tightened ${join(dir, f)}: mode 0644 -> 0600 (owner-only)`);
+    expect((await client(again.url, c).rulesets.list({ account_id: c.accountId })).result).toEqual([]);
+    // Files SQLite creates while the server runs are owner-only too.
+    for (const f of readdirSync(dir)) expect(statSync(join(dir, f)).mode & 0o777, f).toBe(0o600);
+  });
+
+  it('refuses with 8006 a data directory open to others that it cannot tighten (owned by another user)', async () => {
+    let r;
+    if (process.getuid?.() === 0) {
+      // As root, run the server as nobody over a root-owned 0755 directory.
+      const parent = tempDir();
+      chmodSync(parent, 0o755);
+      const dir = join(parent, 'data');
+      mkdirSync(dir, { mode: 0o755 });
+      chmodSync(dir, 0o755);
+      r = await serveExit(['--data-dir', dir, '--listen', '127.0.0.1:0'], { uid: 65534, gid: 65534 });
+      expect(r.stderr).toMatch(new RegExp(`^moat: error 8006: ${dir} is mode 0755 and owned by uid 0, not by this user \\(uid 65534\\)`));
+    } else {
+      // /tmp is 1777 and owned by root.
+      r = await serveExit(['--data-dir', '/tmp', '--listen', '127.0.0.1:0']);
+      expect(r.stderr).toMatch(/^moat: error 8006: \/tmp is mode 0777 and owned by uid 0, not by this user/);
+    }
+    expect(r.code, r.stderr).toBe(1);
   });
 
   it('starts two servers at once on an empty data directory: both come up, one creates the first user', async () => {
@@ -123,8 +175,8 @@ describe('moat serve', () => {
     const file = join(dir, 'not-a-dir');
     writeFileSync(file, 'x');
     const garbage = join(dir, 'garbage');
-    mkdirSync(garbage);
-    writeFileSync(join(garbage, 'moat.db'), 'this is not an SQLite database, not at all, no'.repeat(100));
+    mkdirSync(garbage, { mode: 0o700 });
+    writeFileSync(join(garbage, 'moat.db'), 'this is not an SQLite database, not at all, no'.repeat(100), { mode: 0o600 });
     const cases: [string[], RegExp][] = [
       [['--data-dir', file, '--listen', '127.0.0.1:0'], /^moat: error 8001: .*not-a-dir: cannot create the data directory: /],
       [['--data-dir', garbage, '--listen', '127.0.0.1:0'], /^moat: error 8001: .*garbage\/moat\.db: cannot open the database: file is not a database$/],

@@ -69,6 +69,30 @@ describe('the daemon configuration', () => {
     expect(e.message).toMatch(new RegExp(`^${f}:4:3: `));
   });
 
+  it('validates metrics.listen: port 1-65535, an IPv4 or bracketed IPv6 literal or a host name (5002 naming the key)', () => {
+    const bad: [string, string][] = [
+      ['1.2.3.4:99999', 'port 99999 is out of range: 1-65535'],
+      ['1.2.3.4:0', 'port 0 is out of range: 1-65535'],
+      ['1.2.3.4:0000009490', 'port 0000009490 is out of range: 1-65535'],
+      ['1.2.3.999:9490', '1.2.3.999 is not an IPv4 address'],
+      ['[::1::2]:9490', '::1::2 is not an IPv6 address'],
+      ['[1.2.3.4]:9490', '1.2.3.4 is not an IPv6 address'],
+      ['-bad-.example:9490', '"-bad-.example" is not an IP address or a host name'],
+      ['host_name:9490', '"host_name" is not an IP address or a host name'],
+      ['::1:9490', 'expected HOST:PORT, e.g. 127.0.0.1:9490 or [::1]:9490'],
+      ['localhost', 'expected HOST:PORT, e.g. 127.0.0.1:9490 or [::1]:9490'],
+    ];
+    for (const [listen, why] of bad) {
+      const e = error(() => validateDaemonConfig({ ...minimal, metrics: { listen } }, 'd.jsonc'));
+      expect(e.code, listen).toBe(5002);
+      expect(e.message, listen).toBe(`d.jsonc: metrics.listen: HOST:PORT: ${why}`);
+      expect(e.pointer).toBe('/metrics/listen');
+    }
+    for (const listen of ['127.0.0.1:9490', '0.0.0.0:1', '[::1]:65535', '[::]:9490', 'localhost:9490', 'metrics.example.net:9490']) {
+      expect(validateDaemonConfig({ ...minimal, metrics: { listen } }).metrics.listen).toBe(listen);
+    }
+  });
+
   it('names a missing file', () => {
     expect(error(() => loadDaemonConfig('/nonexistent/moat.jsonc')).message).toBe('/nonexistent/moat.jsonc: cannot read: no such file');
   });
@@ -84,5 +108,15 @@ describe('the daemon configuration', () => {
   it('strips comments and trailing commas but not comment-like text inside strings', () => {
     const text = '{ "a": "// not a comment", /* c */ "b": [1, 2,], // x\n }';
     expect(JSON.parse(stripJsonComments(text))).toEqual({ a: '// not a comment', b: [1, 2] });
+  });
+});
+
+describe('moat serve --listen uses the same address rules (port 0 allowed: the kernel picks it)', () => {
+  it('refuses a bad host or port with 5010', async () => {
+    const { parseListen } = await import('../../src/cli/commands/serve.js');
+    expect(parseListen('127.0.0.1:0')).toEqual({ host: '127.0.0.1', port: 0 });
+    expect(parseListen(':8080')).toEqual({ host: '127.0.0.1', port: 8080 });
+    expect(() => parseListen('1.2.3.999:8080')).toThrow('--listen 1.2.3.999:8080: 1.2.3.999 is not an IPv4 address');
+    expect(() => parseListen('1.2.3.4:99999')).toThrow(/expected HOST:PORT/);
   });
 });

@@ -168,6 +168,8 @@ export interface ServeProcess {
   readonly url: string;
   /** Lines printed on stdout so far (it keeps appending). */
   readonly lines: string[];
+  /** What it printed on stderr so far. */
+  readonly stderr: () => string;
   readonly exited: Promise<{ code: number | null; signal: NodeJS.Signals | null }>;
 }
 
@@ -177,10 +179,10 @@ export interface ServeProcess {
  * curl hint on a new database, the user count otherwise). Build dist/ first
  * (ensureBuilt); the caller kills the child.
  */
-export async function serveProcess(dataDir: string): Promise<ServeProcess> {
+export async function serveProcess(dataDir: string, extra: readonly string[] = []): Promise<ServeProcess> {
   // Loaded here: support/cli.ts loads the whole CLI, which in-process API tests do not need.
   const { BIN, ROOT } = await import('./cli.js');
-  const child = spawn(process.execPath, [BIN, 'serve', '--data-dir', dataDir, '--listen', '127.0.0.1:0', '--log-level', 'warn'], { cwd: ROOT, stdio: ['ignore', 'pipe', 'pipe'] });
+  const child = spawn(process.execPath, [BIN, 'serve', '--data-dir', dataDir, '--listen', '127.0.0.1:0', '--log-level', 'warn', ...extra], { cwd: ROOT, stdio: ['ignore', 'pipe', 'pipe'] });
   const exited = new Promise<{ code: number | null; signal: NodeJS.Signals | null }>((resolve) => child.once('exit', (code, signal) => resolve({ code, signal })));
   const lines: string[] = [];
   let stderr = '';
@@ -209,7 +211,7 @@ export async function serveProcess(dataDir: string): Promise<ServeProcess> {
     child.kill('SIGKILL');
     throw err;
   }
-  return { child, url, lines, exited };
+  return { child, url, lines, stderr: () => stderr, exited };
 }
 
 /** The first user's credentials as `moat serve` printed them on an empty data directory. */

@@ -8,6 +8,7 @@ import { compileBundle, toRuleset, type GeneratedSource } from '../../engine/ind
 import { checkExpression, lineColumn, renderError, type ListProvider } from '../../expr/index.js';
 import { TRANSIT_SCHEME } from '../../packet/index.js';
 import { CliError, type Output } from '../output.js';
+import { quoteInput, readRegularFile } from '../../errors/index.js';
 
 interface CheckFlags {
   file?: string;
@@ -37,7 +38,7 @@ export function registerCheck(program: Command, out: Output): void {
         if (expression !== undefined) throw new CliError('give either an expression or --file, not both');
         label = flags.file === '-' ? '<stdin>' : flags.file;
         try {
-          source = readFileSync(flags.file === '-' ? 0 : flags.file, 'utf8');
+          source = flags.file === '-' ? readFileSync(0, 'utf8') : readRegularFile(flags.file, 'rules', 'rules file').toString('utf8');
         } catch (err) {
           throw new CliError(`${label}: cannot read: ${(err as NodeJS.ErrnoException).code ?? (err as Error).message}`);
         }
@@ -48,7 +49,7 @@ export function registerCheck(program: Command, out: Output): void {
       }
       const lists = flags.list === undefined ? undefined : new Set(flags.list.map((l) => l.replace(/^\$/, '')));
       const provider: ListProvider | undefined = lists === undefined ? undefined : { has: (n) => lists.has(n), get: () => undefined };
-      const limits = { maxLength: positive(flags.maxLength, '--max-length'), maxDepth: positive(flags.maxDepth, '--max-depth') };
+      const limits = { maxLength: positive(flags.maxLength, '--max-length'), maxDepth: positive(flags.maxDepth, '--max-depth', MAX_DEPTH_CAP) };
       const report = checkExpression(source, { scheme: TRANSIT_SCHEME, lists: provider, limits });
       const generated = report.ok && flags.emitJs === true ? generatedSources(source, provider, limits) : undefined;
       if (flags.json === true) {
@@ -90,8 +91,16 @@ function generatedSources(expression: string, lists: ListProvider | undefined, l
   return compileBundle({ account, lists, limits }).sources;
 }
 
-function positive(v: string | undefined, flag: string): number {
+/**
+ * The largest --max-depth: the parser, checker, compiler and generated code
+ * recurse once per level, and 256 levels pass all of them on 40% of Node's
+ * default stack (test/cli/check.test.ts), where 1,500 overflowed it.
+ */
+export const MAX_DEPTH_CAP = 256;
+
+function positive(v: string | undefined, flag: string, max = Number.MAX_SAFE_INTEGER): number {
   const n = Number(v);
-  if (!Number.isInteger(n) || n < 1) throw new CliError(`${flag} takes a positive integer, not "${v}"`);
+  if (!Number.isInteger(n) || n < 1) throw new CliError(`${flag} takes a positive integer, not ${quoteInput(v ?? '')}`);
+  if (n > max) throw new CliError(`${flag} takes at most ${max} (deeper nesting would overflow the stack), not ${n}`);
   return n;
 }

@@ -10,6 +10,7 @@ import type { Command } from 'commander';
 import { readAccountDeployment } from '../../api/index.js';
 import { isId, Database } from '../../store/index.js';
 import { CliError, type Output } from '../output.js';
+import { quoteInput } from '../../errors/index.js';
 import { DEFAULT_DATA_DIR } from './serve.js';
 
 /** Registers `moat export`. */
@@ -23,7 +24,7 @@ export function registerExport(program: Command, out: Output): void {
     .requiredOption('--out <dir>', 'directory to write into (created when missing)')
     .action((flags: { dataDir: string; account: string; zone?: string; out: string }) => {
       for (const id of [flags.account, flags.zone ?? flags.account]) {
-        if (!isId(id)) throw new CliError(`"${id}" is not an id: accounts and zones are 32 lowercase hex characters`);
+        if (!isId(id)) throw new CliError(`${quoteInput(id)} is not an id: accounts and zones are 32 lowercase hex characters`);
       }
       const store = Database.open(flags.dataDir, { mustExist: true });
       let deployment;

@@ -8,6 +8,7 @@ import { MANAGED_LISTS } from '../../expr/index.js';
 import { parseListText } from '../../net/index.js';
 import { Database, ListStore, managedListName, rangeListTexts } from '../../store/index.js';
 import { CliError, type Output } from '../output.js';
+import { quoteInput, readRegularFile } from '../../errors/index.js';
 import { DEFAULT_DATA_DIR } from './serve.js';
 
 interface LoadFlags {
@@ -28,12 +29,12 @@ export function registerLists(program: Command, out: Output): void {
     .action((flags: LoadFlags) => {
       const name = managedListName(flags.name);
       if (name === undefined) {
-        throw new CliError(`"${flags.name}" is not a managed list; they are ${MANAGED_LISTS.join(', ')} (account lists are changed through the API)`);
+        throw new CliError(`${quoteInput(flags.name)} is not a managed list; they are ${MANAGED_LISTS.join(', ')} (account lists are changed through the API)`);
       }
       const label = flags.file === '-' ? '<stdin>' : flags.file;
       let text: string;
       try {
-        text = readFileSync(flags.file === '-' ? 0 : flags.file, 'utf8');
+        text = flags.file === '-' ? readFileSync(0, 'utf8') : readRegularFile(flags.file, 'list', 'list file').toString('utf8');
       } catch (err) {
         throw new CliError(`${label}: cannot read: ${(err as NodeJS.ErrnoException).code ?? (err as Error).message}`, 'LIST_READ');
       }

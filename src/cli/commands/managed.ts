@@ -3,11 +3,11 @@
 // with an execute rule in their entrypoint and may override it by category or
 // rule, but cannot change it through the API.
 
-import { readFileSync } from 'node:fs';
 import type { Command } from 'commander';
 import { DEFAULT_API_LIMITS, RulesetService } from '../../api/index.js';
 import { Database } from '../../store/index.js';
 import { CliError, reportError, type Output } from '../output.js';
+import { readRegularFile } from '../../errors/index.js';
 import { DEFAULT_DATA_DIR } from './serve.js';
 
 /** Registers `moat managed import|delete|show|list`. */
@@ -21,7 +21,7 @@ export function registerManaged(program: Command, out: Output): void {
     .action((flags: { dataDir: string; file: string }) => {
       let doc: unknown;
       try {
-        doc = JSON.parse(readFileSync(flags.file, 'utf8'));
+        doc = JSON.parse(readRegularFile(flags.file, 'rules', 'managed ruleset').toString('utf8'));
       } catch (err) {
         throw new CliError(`${flags.file}: ${(err as NodeJS.ErrnoException).code ?? (err as Error).message}`, 'RULESET_BAD_JSON');
       }

@@ -6,7 +6,7 @@ import { closeSync, openSync, statSync, writeSync } from 'node:fs';
 import type { Command } from 'commander';
 import { PacketBatch, PcapReader, PcapWriter, fdSink } from '../../capture/index.js';
 import { BundleError, loadBundle, PacketPath, type Evaluator, type UndecodablePolicy } from '../../engine/index.js';
-import { MoatError } from '../../errors/index.js';
+import { MoatError, quoteInput } from '../../errors/index.js';
 import { CliError, formatWarning, reportError, type Output } from '../output.js';
 
 interface ReplayFlags {
@@ -56,7 +56,7 @@ function replay(captures: string[], flags: ReplayFlags, out: Output): void {
   if (flags.undecodable !== 'pass' && flags.undecodable !== 'drop') throw new CliError('--undecodable is pass or drop');
   const lists = flags.list.map((spec) => {
     const eq = spec.indexOf('=');
-    if (eq <= 0 || eq === spec.length - 1) throw new CliError(`--list takes name=file, not "${spec}"`);
+    if (eq <= 0 || eq === spec.length - 1) throw new CliError(`--list takes name=file, not ${quoteInput(spec)}`);
     return { name: spec.slice(0, eq), file: spec.slice(eq + 1) };
   });
   let loaded;
@@ -195,7 +195,7 @@ class Outputs {
   }
 
   private open(which: 'pass' | 'drop', linkType: number): PcapWriter {
-    const w = new PcapWriter(fdSink(openOut(this.flags[which]!), true), { linkType, resolution: 'ns' });
+    const w = new PcapWriter(fdSink(openOut(this.flags[which]!), true, this.flags[which]!), { linkType, resolution: 'ns' });
     if (which === 'drop') this.drop = w;
     else this.pass = w;
     return w;

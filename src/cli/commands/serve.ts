@@ -9,8 +9,9 @@ import { Option, type Command } from 'commander';
 import type { FastifyInstance } from 'fastify';
 import { pino, type Logger } from 'pino';
 import { buildServer, createServices, BASE_PATH } from '../../api/index.js';
+import { hostPortProblem } from '../../config/index.js';
 import { MoatError } from '../../errors/index.js';
-import { Database, newId, type Users } from '../../store/index.js';
+import { Database, newId, secureDataDir, type Users } from '../../store/index.js';
 import { CliError, type Output } from '../output.js';
 
 /** The data directory when --data-dir is not given: $MOAT_DATA_DIR, else ./moat-data. */
@@ -24,6 +25,7 @@ interface ServeFlags {
   dataDir: string;
   listen: string;
   logLevel: string;
+  writeFirstUser?: boolean;
 }
 
 /** Splits HOST:PORT (IPv6 hosts in brackets). */
@@ -31,6 +33,9 @@ export function parseListen(s: string): { host: string; port: number } {
   const m = /^(?:\[([^\]]+)\]|([^:]*)):(\d{1,5})$/.exec(s);
   const port = m === null ? NaN : Number(m[3]);
   if (m === null || port > 65535) throw new CliError(`--listen ${s}: expected HOST:PORT, e.g. 127.0.0.1:8080 or [::1]:8080`);
+  // The host is an IP literal or a host name; port 0 lets the kernel choose (the printed URL has the port).
+  const why = m[2] === '' ? undefined : hostPortProblem(s, true);
+  if (why !== undefined) throw new CliError(`--listen ${s}: ${why}`);
   return { host: m[1] ?? (m[2] === '' ? '127.0.0.1' : m[2]!), port };
 }
 
@@ -42,6 +47,7 @@ export function registerServe(program: Command, out: Output): void {
     .addOption(new Option('--data-dir <dir>', 'directory of the database (created when missing)').default(DEFAULT_DATA_DIR, `${JSON.stringify(DEFAULT_DATA_DIR)}: $MOAT_DATA_DIR when set, else ./moat-data`))
     .option('--listen <host:port>', 'address to listen on', DEFAULT_LISTEN)
     .option('--log-level <level>', 'log level: fatal, error, warn, info, debug', 'info')
+    .option('--write-first-user', "also write the first user's key to <data-dir>/first-user.json (mode 0600) when this start creates it; without it the key is only printed")
     .action(async (flags: ServeFlags) => {
       const { host, port } = parseListen(flags.listen);
       if (!['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'].includes(flags.logLevel)) throw new CliError(`--log-level ${flags.logLevel}: unknown level`);
@@ -49,6 +55,11 @@ export function registerServe(program: Command, out: Output): void {
       let store: Database | undefined;
       let app: FastifyInstance | undefined;
       try {
+        // Everything the server creates (the database, its -wal and -shm,
+        // first-user.json) is owner-only; what an earlier start or another
+        // tool left open to others is tightened, and said so.
+        process.umask(0o077);
+        for (const line of secureDataDir(flags.dataDir)) out.stderr(`moat: tightened ${line}`);
         store = Database.open(flags.dataDir);
         const log = pino({ level: flags.logLevel, base: { service: 'moat-api' } });
         const services = createServices({ store, logger: log });
@@ -112,7 +123,7 @@ async function running(
     const { key } = users.create({ email: FIRST_USER_EMAIL, accounts: [account] });
     return { email: FIRST_USER_EMAIL, key, account };
   });
-  if (first !== undefined) {
+  if (first !== undefined && flags.writeFirstUser === true) {
     const { key, account } = first;
     writeFileSync(join(flags.dataDir, 'first-user.json'), JSON.stringify({ email: FIRST_USER_EMAIL, key, account_id: account }, null, 2) + '\n', { mode: 0o600 });
   }
@@ -124,7 +135,8 @@ async function running(
   const url = `http://${shown}:${bound}${BASE_PATH}`;
   out.stdout(`moat: control plane listening on ${url} (database ${store.file})`);
   if (first !== undefined) {
-    out.stdout(`moat: created the first user (the key is shown once; it is also in ${join(flags.dataDir, 'first-user.json')}, mode 0600):`);
+    const saved = flags.writeFirstUser === true ? `; it is also in ${join(flags.dataDir, 'first-user.json')}, mode 0600: delete that file once the key is stored elsewhere` : '; keep it now (--write-first-user would also write it to a 0600 file)';
+    out.stdout(`moat: created the first user (the key is shown once${saved}):`);
     out.stdout(`  X-Auth-Email: ${first.email}`);
     out.stdout(`  X-Auth-Key:   ${first.key}`);
     out.stdout(`  account id:   ${first.account}`);
