@@ -60,9 +60,8 @@ function cachePreparedStatements(db: Db): void {
  * it cannot tighten (a directory or file of another user, a failed chmod). A
  * missing directory is left alone (it is created 0700).
  */
-export function secureDataDir(dataDir: string): string[] {
+export function secureDataDir(dataDir: string, uid: number | undefined = typeof process.getuid === 'function' ? process.getuid() : undefined): string[] {
   const changed: string[] = [];
-  const uid = typeof process.getuid === 'function' ? process.getuid() : undefined;
   const tighten = (path: string, want: number): void => {
     const st = lstatSync(path);
     if (st.isSymbolicLink()) return; // a link's own mode means nothing; what it points to is not ours to change

@@ -9,6 +9,8 @@ import { join } from 'node:path';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { BIN, ROOT, ensureBuilt, moat } from '../support/cli.js';
 import { PHASE, printedCredentials as credentials, sdkClient as client, serveProcess, written, type ServeProcess } from '../support/api.js';
+import { MoatError } from '../../src/errors/index.js';
+import { secureDataDir } from '../../src/store/index.js';
 
 const children: ChildProcess[] = [];
 const dirs: string[] = [];
@@ -120,23 +122,26 @@ describe('moat serve', () => {
     for (const f of readdirSync(dir)) expect(statSync(join(dir, f)).mode & 0o777, f).toBe(0o600);
   });
 
-  it('refuses with 8006 a data directory open to others that it cannot tighten (owned by another user)', async () => {
-    let r;
-    if (process.getuid?.() === 0) {
-      // As root, run the server as nobody over a root-owned 0755 directory.
-      const parent = tempDir();
-      chmodSync(parent, 0o755);
-      const dir = join(parent, 'data');
-      mkdirSync(dir, { mode: 0o755 });
-      chmodSync(dir, 0o755);
-      r = await serveExit(['--data-dir', dir, '--listen', '127.0.0.1:0'], { uid: 65534, gid: 65534 });
-      expect(r.stderr).toMatch(new RegExp(`^moat: error 8006: ${dir} is mode 0755 and owned by uid 0, not by this user \\(uid 65534\\)`));
-    } else {
-      // /tmp is 1777 and owned by root.
-      r = await serveExit(['--data-dir', '/tmp', '--listen', '127.0.0.1:0']);
-      expect(r.stderr).toMatch(/^moat: error 8006: \/tmp is mode 0777 and owned by uid 0, not by this user/);
+  it('refuses with 8006 a data directory open to others that it cannot tighten (owned by another user)', () => {
+    // A root-owned 0755 directory seen by another user (uid 65534): the check
+    // runs in process with that uid, since a process spawned as nobody could
+    // not read a checkout under a private directory (CI's fresh clone).
+    const dir = join(tempDir(), 'data');
+    mkdirSync(dir, { mode: 0o755 });
+    chmodSync(dir, 0o755);
+    const owner = statSync(dir).uid;
+    const other = owner === 65534 ? 65533 : 65534;
+    let err: unknown;
+    try {
+      secureDataDir(dir, other);
+    } catch (e) {
+      err = e;
     }
-    expect(r.code, r.stderr).toBe(1);
+    expect(err).toBeInstanceOf(MoatError);
+    expect((err as MoatError).code).toBe(8006);
+    expect((err as MoatError).message).toMatch(new RegExp(`^${dir} is mode 0755 and owned by uid ${owner}, not by this user \\(uid ${other}\\)`));
+    // Nothing was changed.
+    expect(statSync(dir).mode & 0o777).toBe(0o755);
   });
 
   it('starts two servers at once on an empty data directory: both come up, one creates the first user', async () => {
