@@ -99,7 +99,7 @@ export async function runSwapBench(): Promise<void> {
       if (listUpdate) appendFileSync(join(dir, 'office.txt'), `203.0.113.${n % 250}\n`);
       const dropped = port.counters.dropped;
       const s = process.hrtime.bigint();
-      if (!daemon.reload('bench')) throw new Error(`update ${n} was rejected`);
+      if (!(await daemon.reload('bench')).applied) throw new Error(`update ${n} was rejected`);
       input.deliver(probe(PROBE_BASE + n));
       const ms = Number(process.hrtime.bigint() - s) / 1e6;
       if (port.counters.dropped !== dropped + 1) throw new Error(`update ${n}: the first packet after the swap was not judged by the new version`);

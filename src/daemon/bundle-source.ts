@@ -5,8 +5,22 @@
 
 import type { Logger } from 'pino';
 import type { DaemonConfig } from '../config/index.js';
-import type { BundleLoader, LoadedBundle } from '../engine/index.js';
+import type { BundleFiles, LoadedBundle } from '../engine/index.js';
 import { FileBundleSource } from './file-bundle-source.js';
+
+/**
+ * Loads bundle files for the daemon: its BundleLoader today, run on the event
+ * loop; asynchronous so that loading can move off the packet loop (a worker)
+ * without changing the sources.
+ */
+export interface BundleLoading {
+  load(files: BundleFiles): Promise<LoadedBundle>;
+}
+
+/** What the daemon did with a bundle its source told of: swapped in, or rejected with the engine's coded errors. */
+export type ReloadOutcome =
+  | { readonly applied: true; readonly version: string; readonly digest: string; readonly rulesetVersions: ReadonlyArray<string | null> }
+  | { readonly applied: false; readonly errors: ReadonlyArray<{ readonly code: number; readonly message: string; readonly pointer?: string | undefined }> };
 
 /** A source of ruleset bundles for the daemon. */
 export interface BundleSource {
@@ -16,13 +30,16 @@ export interface BundleSource {
    * Loads the source's current bundle through `loader`, which keeps what did not
    * change since its last load. Throws MoatError or BundleError for a bad bundle.
    */
-  load(loader: BundleLoader): LoadedBundle;
+  load(loader: BundleLoading): Promise<LoadedBundle>;
   /**
    * Starts telling the daemon of new bundles: `onChange(reason)` whenever load()
    * would give a different one (the reason is logged with the swap or the
-   * rejection). Problems of the source itself go to `log`.
+   * rejection); it resolves with what the daemon did (a source that reports
+   * back, as the control channel does, acknowledges with it). Reloads are
+   * serialised by the daemon: one runs at a time, and changes told meanwhile
+   * coalesce into one more. Problems of the source itself go to `log`.
    */
-  start(onChange: (reason: string) => void, log: Logger): void;
+  start(onChange: (reason: string) => Promise<ReloadOutcome>, log: Logger): void;
   /** Stops telling of changes. Idempotent, and safe when start() was never called. */
   stop(): void;
   /** Takes the configuration a reload read (and back, when its bundle is rejected). */

@@ -9,10 +9,16 @@ import type { Logger } from 'pino';
 import type { FrameSource } from '../capture/index.js';
 import { loadDaemonConfig, type DaemonConfig } from '../config/index.js';
 import { BundleError, BundleLoader, FrameInspector, PacketPath, PathCounters, type Evaluator, type LoadedBundle } from '../engine/index.js';
-import { MoatError } from '../errors/index.js';
-import { bundleSourceFor, type BundleSource } from './bundle-source.js';
+import { ERRORS, MoatError } from '../errors/index.js';
+import { bundleSourceFor, type BundleLoading, type BundleSource, type ReloadOutcome } from './bundle-source.js';
 import { DropRecorder } from './drop-recorder.js';
 import { daemonMetrics } from './metrics.js';
+
+/** A coded error of a failed reload, for its outcome (code 7099 for what has no code: a bug). */
+function errorOf(err: unknown): { code: number; message: string } {
+  if (err instanceof MoatError) return { code: err.code, message: err.message };
+  return { code: ERRORS.API_INTERNAL.code, message: err instanceof Error ? err.message : String(err) };
+}
 
 /** Opens a live source on an interface. */
 export type SourceOpener = (iface: string, options: { ringBytes: number; filter: string }) => FrameSource;
@@ -57,6 +63,11 @@ export class Daemon {
   private readonly signalHandlers: Array<[NodeJS.Signals, () => void]> = [];
   /** Keeps the address table across reloads that leave lists and databases unchanged (see BundleLoader). */
   private readonly loader = new BundleLoader();
+  /** The loader as sources use it (asynchronous: see BundleLoading). */
+  private readonly loading: BundleLoading = { load: (files) => new Promise((resolve) => resolve(this.loader.load(files))) };
+  /** The reload running, and the one told of meanwhile (changes told while one runs coalesce into it). */
+  private reloading: Promise<ReloadOutcome> | undefined;
+  private queuedReload: Promise<ReloadOutcome> | undefined;
   /** Decodes a dropped packet for its log line (the packet path decodes only what the rules read). */
   private readonly inspector = new FrameInspector();
 
@@ -81,7 +92,7 @@ export class Daemon {
   /** Loads the bundle, opens the captures, starts metrics and the bundle source. Throws on a bad start. */
   async start(): Promise<void> {
     const c = this.config;
-    const bundle = this.load(); // throws: a daemon does not start without a valid bundle
+    const bundle = await this.load(); // throws: a daemon does not start without a valid bundle
     const sources = c.interfaces.map((name) => this.openSource(name, { ringBytes: c.capture.ringBytes, filter: c.capture.filter }));
     this.ports = sources.map((source) => {
       const counters = new PathCounters();
@@ -219,8 +230,8 @@ export class Daemon {
     return path;
   }
 
-  private load(): LoadedBundle {
-    return this.bundles.load(this.loader);
+  private load(): Promise<LoadedBundle> {
+    return this.bundles.load(this.loading);
   }
 
   // The version: the rulesets' own version fields and the digest of every input file.
@@ -247,15 +258,40 @@ export class Daemon {
   }
 
   /**
-   * Loads the source's bundle again and swaps it in; on failure keeps the running bundle.
+   * Loads the source's bundle again and swaps it in; on failure keeps the
+   * running bundle. One reload runs at a time: asked while one runs, it runs
+   * once after it, for every reason told meanwhile (it loads what the source
+   * has then, the latest). Resolves with what it did; never rejects.
+   */
+  reload(reason: string): Promise<ReloadOutcome> {
+    if (this.queuedReload !== undefined) return this.queuedReload;
+    if (this.reloading === undefined) return this.runReload(reason);
+    const queued = this.reloading.then(() => {
+      this.queuedReload = undefined;
+      return this.runReload(reason);
+    });
+    this.queuedReload = queued;
+    return queued;
+  }
+
+  private runReload(reason: string): Promise<ReloadOutcome> {
+    const running = this.reloadOnce(reason).finally(() => {
+      if (this.reloading === running) this.reloading = undefined;
+    });
+    this.reloading = running;
+    return running;
+  }
+
+  /**
+   * One reload.
    * With a configuration file, reads it again first, whole: what can change
    * while running (rules, lists, GeoIP, colo, logs, onError, undecodable,
    * missingData, watch) applies with the new bundle; what needs a restart
    * (RESTART_ONLY) is refused with a log line (code 5013) and the rest applies.
    * A file that does not validate, or whose bundle does not load, changes nothing.
    */
-  reload(reason: string): boolean {
-    if (this.state !== 'running') return false;
+  private async reloadOnce(reason: string): Promise<ReloadOutcome> {
+    if (this.state !== 'running') return { applied: false, errors: [{ code: ERRORS.CONFIG_INVALID.code, message: `the daemon is ${this.state}` }] };
     let next = this.config;
     const previous = this.config;
     try {
@@ -264,25 +300,26 @@ export class Daemon {
     } catch (err) {
       this.reloadFailures++;
       this.log.error({ reason, err: err instanceof MoatError ? { code: err.code, message: err.message } : err, version: this.version }, 'reload rejected: the configuration file is invalid; the running configuration and ruleset stay');
-      return false;
+      return { applied: false, errors: [errorOf(err)] };
     }
     let bundle: LoadedBundle;
     try {
-      bundle = this.load();
+      bundle = await this.load();
     } catch (err) {
       if (next !== previous) this.bundles.reconfigure?.(previous);
       this.reloadFailures++;
       const errors = err instanceof BundleError ? err.errors.map((e) => ({ code: e.code, message: e.message, pointer: e.pointer })) : undefined;
       this.log.error({ reason, errors, err: err instanceof BundleError ? undefined : err instanceof MoatError ? { code: err.code, message: err.message } : err, version: this.version }, 'reload rejected; the running ruleset stays');
-      return false;
+      return { applied: false, errors: errors ?? [errorOf(err)] };
     }
+    if (this.state !== 'running') return { applied: false, errors: [{ code: ERRORS.CONFIG_INVALID.code, message: `the daemon is ${this.state}` }] };
     if (next !== previous) {
       this.config = next;
       if (next.log.level !== previous.log.level) this.log.level = next.log.level;
       for (const p of this.ports) p.checksumCountdown = Math.min(p.checksumCountdown, this.sampleEvery());
     }
     this.swapIn(bundle, reason);
-    return true;
+    return { applied: true, version: this.version, digest: bundle.digest, rulesetVersions: bundle.rulesets.map((r) => r.version ?? null) };
   }
 
   // The configuration file read again, with the restart-only settings of the running one kept (and said).

@@ -6,8 +6,8 @@ import { watch, type FSWatcher } from 'node:fs';
 import { basename, dirname, resolve } from 'node:path';
 import type { Logger } from 'pino';
 import type { DaemonConfig } from '../config/index.js';
-import type { BundleFiles, BundleLoader, LoadedBundle } from '../engine/index.js';
-import type { BundleSource } from './bundle-source.js';
+import type { BundleFiles, LoadedBundle } from '../engine/index.js';
+import type { BundleLoading, BundleSource, ReloadOutcome } from './bundle-source.js';
 
 /** The bundle files a configuration names. */
 export function bundleFiles(c: DaemonConfig): BundleFiles {
@@ -27,7 +27,7 @@ export class FileBundleSource implements BundleSource {
   private watchers: FSWatcher[] = [];
   private reloadTimer: NodeJS.Timeout | undefined;
   private sighup: (() => void) | undefined;
-  private onChange: ((reason: string) => void) | undefined;
+  private onChange: ((reason: string) => Promise<ReloadOutcome>) | undefined;
   private log: Logger | undefined;
 
   /** `configFile`: the configuration's own file, watched with the others (a reload reads it again). */
@@ -47,15 +47,15 @@ export class FileBundleSource implements BundleSource {
     }
   }
 
-  load(loader: BundleLoader): LoadedBundle {
+  load(loader: BundleLoading): Promise<LoadedBundle> {
     return loader.load(bundleFiles(this.config));
   }
 
-  start(onChange: (reason: string) => void, log: Logger): void {
+  start(onChange: (reason: string) => Promise<ReloadOutcome>, log: Logger): void {
     this.onChange = onChange;
     this.log = log;
     if (this.config.watch) this.watchFiles(onChange, log);
-    this.sighup = () => onChange('SIGHUP');
+    this.sighup = () => void onChange('SIGHUP');
     process.on('SIGHUP', this.sighup);
   }
 
@@ -79,7 +79,7 @@ export class FileBundleSource implements BundleSource {
     return [...(this.configFile === undefined ? [] : [resolve(this.configFile)]), c.rules.account, ...(c.rules.zone ? [c.rules.zone] : []), ...c.rules.managed, ...Object.values(c.lists), ...(c.geoip.country ? [c.geoip.country] : []), ...(c.geoip.asn ? [c.geoip.asn] : [])];
   }
 
-  private watchFiles(onChange: (reason: string) => void, log: Logger): void {
+  private watchFiles(onChange: (reason: string) => Promise<ReloadOutcome>, log: Logger): void {
     const byDir = new Map<string, Set<string>>();
     for (const f of this.files()) {
       const d = dirname(f);
@@ -99,12 +99,12 @@ export class FileBundleSource implements BundleSource {
     }
   }
 
-  private scheduleReload(onChange: (reason: string) => void): void {
+  private scheduleReload(onChange: (reason: string) => Promise<ReloadOutcome>): void {
     // Debounce: a deploy usually touches several files within a moment.
     if (this.reloadTimer !== undefined) clearTimeout(this.reloadTimer);
     this.reloadTimer = setTimeout(() => {
       this.reloadTimer = undefined;
-      onChange('file changed');
+      void onChange('file changed');
     }, 250);
   }
 }

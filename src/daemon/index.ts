@@ -1,7 +1,7 @@
 // Public face of the daemon: its life cycle, where its bundles come from (the
 // BundleSource seam, files today), metrics and drop recorder.
 export { Daemon, RESTART_ONLY, type Port, type DaemonState, type SourceOpener } from './daemon.js';
-export { bundleSourceFor, type BundleSource } from './bundle-source.js';
+export { bundleSourceFor, type BundleLoading, type BundleSource, type ReloadOutcome } from './bundle-source.js';
 export { FileBundleSource, bundleFiles } from './file-bundle-source.js';
 export { daemonMetrics } from './metrics.js';
 export { DropRecorder, type DropRecorderOptions } from './drop-recorder.js';

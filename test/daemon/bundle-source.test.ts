@@ -9,8 +9,8 @@ import { join } from 'node:path';
 import { pino, type Logger } from 'pino';
 import { describe, expect, it } from 'vitest';
 import { validateDaemonConfig } from '../../src/config/index.js';
-import { Daemon, FileBundleSource, bundleSourceFor, type BundleSource } from '../../src/daemon/index.js';
-import type { BundleLoader, LoadedBundle } from '../../src/engine/index.js';
+import { Daemon, FileBundleSource, bundleSourceFor, type BundleLoading, type BundleSource, type ReloadOutcome } from '../../src/daemon/index.js';
+import type { LoadedBundle } from '../../src/engine/index.js';
 import { MemorySource } from '../support/memory-source.js';
 import { buildFrame, TCP } from '../support/packet-builder.js';
 
@@ -25,12 +25,12 @@ const frame = (port: number) => Buffer.from(buildFrame({ ip: { version: 4, src: 
 class PushedSource implements BundleSource {
   readonly name = 'pushed';
   file = join(dir, 'v1.json');
-  onChange: ((reason: string) => void) | undefined;
+  onChange: ((reason: string) => Promise<ReloadOutcome>) | undefined;
   stopped = 0;
-  load(loader: BundleLoader): LoadedBundle {
+  load(loader: BundleLoading): Promise<LoadedBundle> {
     return loader.load({ rules: [this.file], lists: [] });
   }
-  start(onChange: (reason: string) => void, _log: Logger): void {
+  start(onChange: (reason: string) => Promise<ReloadOutcome>, _log: Logger): void {
     this.onChange = onChange;
   }
   stop(): void {
@@ -51,20 +51,48 @@ describe('the daemon with a bundle source', () => {
     expect(counters.dropped).toBe(1);
 
     source.file = join(dir, 'v2.json');
-    source.onChange!('pushed');
+    expect(await source.onChange!('pushed')).toMatchObject({ applied: true, rulesetVersions: ['2'] });
     expect([d.version.startsWith('2@'), d.swaps, d.reloadFailures]).toEqual([true, 1, 0]);
     capture!.deliver(frame(22));
     capture!.deliver(frame(23));
     expect(counters.dropped).toBe(2);
 
     source.file = join(dir, 'bad.json');
-    source.onChange!('pushed');
+    const rejected = await source.onChange!('pushed');
+    expect(rejected.applied).toBe(false);
+    expect(rejected.applied ? [] : rejected.errors.map((e) => e.pointer)).toEqual(['/rules/0/expression']);
     expect([d.version.startsWith('2@'), d.swaps, d.reloadFailures]).toEqual([true, 1, 1]);
     capture!.deliver(frame(23));
     expect(counters.dropped).toBe(3);
 
     await d.stop();
     expect(source.stopped).toBe(1);
+  });
+
+  it('runs one reload at a time, and changes told meanwhile coalesce into one more that loads the latest', async () => {
+    const config = validateDaemonConfig({ mode: 'monitor', interfaces: ['x0'], rules: { account: join(dir, 'unused.json') }, metrics: { enabled: false }, watch: false }, join(dir, 'd.jsonc'));
+    const source = new PushedSource();
+    const loads: string[] = [];
+    const load = source.load.bind(source);
+    source.load = (loader) => {
+      loads.push(source.file);
+      return load(loader);
+    };
+    const d = new Daemon(config, pino({ level: 'silent' }), (iface) => new MemorySource(iface), source);
+    await d.start();
+    loads.length = 0;
+    source.file = join(dir, 'v2.json');
+    const first = source.onChange!('one');
+    const second = source.onChange!('two');
+    const third = source.onChange!('three');
+    source.file = join(dir, 'v1.json');
+    const outcomes = await Promise.all([first, second, third]);
+    // The first loaded v2 when told; the two told while it ran became one load, of what the source had then (v1).
+    expect(loads).toEqual([join(dir, 'v2.json'), join(dir, 'v1.json')]);
+    expect(outcomes.map((o) => (o.applied ? o.rulesetVersions[0] : 'rejected'))).toEqual(['2', '1', '1']);
+    expect(second).toBe(third);
+    expect(d.swaps).toBe(2);
+    await d.stop();
   });
 
   it('is the configuration files by default', () => {

@@ -33,11 +33,11 @@ describe('rules that read data the daemon is not given', () => {
       ['start', 'account ruleset, rule 0 (r0): reads ip.src.country but no GeoIP country database is given (geoip.country; replay: --geoip): the rule never matches as written'],
     ]);
     write('ip.dst.asnum == 64496');
-    expect(d.reload('SIGHUP')).toBe(true);
+    expect((await d.reload('SIGHUP')).applied).toBe(true);
     expect(warnings().map((w) => w.reason)).toEqual(['start', 'SIGHUP']);
     expect(warnings()[1]!.msg).toMatch(/reads ip\.dst\.asnum but no GeoIP ASN database/);
     write('tcp.dstport == 22');
-    expect(d.reload('SIGHUP')).toBe(true);
+    expect((await d.reload('SIGHUP')).applied).toBe(true);
     expect(warnings().length).toBe(2);
     await d.stop();
   });
@@ -51,7 +51,7 @@ describe('rules that read data the daemon is not given', () => {
     const { d, logs } = daemon('error');
     await d.start();
     write('ip.src in $svc.malware');
-    expect(d.reload('SIGHUP')).toBe(false);
+    expect((await d.reload('SIGHUP')).applied).toBe(false);
     expect(d.reloadFailures).toBe(1);
     const rejected = logs.find((l) => l.msg.startsWith('reload rejected')) as unknown as { errors: Array<{ code: number; message: string }> };
     expect(rejected.errors).toMatchObject([{ code: 5011, message: expect.stringContaining('reads $svc.malware but that list is not given') as unknown }]);
