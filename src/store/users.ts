@@ -8,7 +8,7 @@
 // slow check may run now (see verifyKey). Rows are read on every request, so
 // a revocation from the CLI takes effect at once.
 
-import { createHmac, createSecretKey, randomBytes, scryptSync, timingSafeEqual, type KeyObject } from 'node:crypto';
+import { createHmac, randomBytes, scryptSync, timingSafeEqual } from 'node:crypto';
 import { MoatError } from '../errors/index.js';
 import type { Database } from './database.js';
 import { isId, newId, nowStamp } from './ids.js';
@@ -76,12 +76,12 @@ export function isWellFormedEmail(email: string): boolean {
 /** Users and keys in the database. */
 export class Users {
   /** The HMAC key of this installation's key hashes. */
-  private readonly secret: KeyObject;
+  private readonly secret: Buffer;
   /** Whether any key row still holds a scrypt hash; only ever goes from true to false (new rows are HMAC). */
   private legacyLeft: boolean;
 
   constructor(private readonly store: Database) {
-    this.secret = createSecretKey(this.loadSecret());
+    this.secret = this.loadSecret();
     this.legacyLeft = this.legacyKeyCount() > 0;
   }
 
