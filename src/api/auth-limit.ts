@@ -47,15 +47,15 @@ export class FailureLimiter {
     private readonly now: () => number = Date.now,
   ) {}
 
-  /** Counts a failed authentication from `address`. */
-  fail(address: string | undefined): void {
-    if (this.options.maxFailures <= 0) return;
+  /** Counts a failed authentication from `address`; true when this one reached the limit (once per window: worth a log line). */
+  fail(address: string | undefined): boolean {
+    if (this.options.maxFailures <= 0) return false;
     const key = addressKey(address);
     const t = this.now();
     const w = this.windows.get(key);
     if (w !== undefined && w.until > t) {
       w.failures++;
-      return;
+      return w.failures === this.options.maxFailures;
     }
     // A new window goes to the end of the map's order, so the first entry is the oldest window.
     this.windows.delete(key);
@@ -65,6 +65,7 @@ export class FailureLimiter {
       if (oldest === undefined) break;
       this.windows.delete(oldest);
     }
+    return this.options.maxFailures === 1;
   }
 
   /** Seconds until `address` may fail again (at least 1), or 0 when it is under the limit. */

@@ -139,6 +139,7 @@ export function principalOf(req: FastifyRequest): Principal {
 export class Auth {
   /** Failed credentials per client address. */
   readonly failures: FailureLimiter;
+  private readonly limit: AuthLimitOptions;
   /** Server-wide budget of scrypt checks (keys not yet re-hashed): 2 a second. */
   private readonly scryptBudget: TokenBucket;
 
@@ -146,8 +147,11 @@ export class Auth {
     readonly users: Users,
     readonly tokens: Tokens,
     limit: Partial<AuthLimitOptions> = {},
+    /** Told once per window when an address reaches the limit (the server logs it: an operator wants to see a flood). */
+    private readonly onLimited: (address: string, limit: AuthLimitOptions) => void = () => {},
   ) {
-    this.failures = new FailureLimiter({ ...DEFAULT_AUTH_LIMIT, ...limit });
+    this.limit = { ...DEFAULT_AUTH_LIMIT, ...limit };
+    this.failures = new FailureLimiter(this.limit);
     this.scryptBudget = new TokenBucket(2, 2);
   }
 
@@ -166,7 +170,7 @@ export class Auth {
       return authenticate(req, this.users, this.tokens, () => !limited && this.scryptBudget.take());
     } catch (err) {
       if (!(err instanceof MoatError) || !(FAILED_CREDENTIALS.has(err.errorName) || (limited && err.errorName === 'AUTH_LEGACY_BUSY'))) throw err;
-      this.failures.fail(address);
+      if (this.failures.fail(address)) this.onLimited(address ?? '?', this.limit);
       const wait = this.failures.retryAfter(address);
       if (limited && wait > 0) {
         throw new RetryLaterError('AUTH_TOO_MANY_FAILURES', `Too many failed authentications from this address; retry after ${wait} seconds`, wait);

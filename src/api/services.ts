@@ -48,7 +48,9 @@ export function createServices(options: ServicesOptions): Services {
     store,
     limits,
     users,
-    auth: new Auth(users, new Tokens(store, users), options.authLimit),
+    auth: new Auth(users, new Tokens(store, users), options.authLimit, (address, l) =>
+      logger?.warn({ address, failures: l.maxFailures, windowSeconds: l.windowSeconds }, 'too many failed authentications: further failures from this address are answered 429 until the window ends'),
+    ),
     rulesets: new RulesetService(store, limits),
     lists: new ListService(store, limits, () => listOperations.wake()),
     listOperations,

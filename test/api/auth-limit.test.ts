@@ -32,6 +32,16 @@ describe('the failure limiter', () => {
     expect(l.retryAfter('192.0.2.1')).toBe(0);
   });
 
+  it('says which failure reached the limit, once per window', () => {
+    const c = clock();
+    const l = new FailureLimiter({ maxFailures: 3, windowSeconds: 60, maxAddresses: 100 }, c.now);
+    expect(Array.from({ length: 5 }, () => l.fail('192.0.2.1'))).toEqual([false, false, true, false, false]);
+    c.advance(60_000);
+    expect(Array.from({ length: 3 }, () => l.fail('192.0.2.1'))).toEqual([false, false, true]);
+    const one = new FailureLimiter({ maxFailures: 1, windowSeconds: 60, maxAddresses: 100 }, c.now);
+    expect([one.fail('192.0.2.1'), one.fail('192.0.2.1')]).toEqual([true, false]);
+  });
+
   it('does nothing with a limit of 0', () => {
     const l = new FailureLimiter({ maxFailures: 0, windowSeconds: 60, maxAddresses: 100 });
     for (let i = 0; i < 100; i++) l.fail('192.0.2.1');

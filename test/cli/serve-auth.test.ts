@@ -124,5 +124,10 @@ describe('moat serve: the failure limit', () => {
     expect(Number(last!.headers.get('retry-after'))).toBeGreaterThan(25);
     expect(((await last!.json()) as { errors: { code: number }[] }).errors[0]!.code).toBe(7403);
     expect((await fetch(url, { headers: { 'X-Auth-Email': c.email, 'X-Auth-Key': c.key } })).status).toBe(200);
+    // The operator sees it in the log: one warning naming the address.
+    for (let i = 0; i < 100 && !s.lines.some((l) => l.includes('too many failed authentications')); i++) await new Promise((r) => setTimeout(r, 50));
+    const logged = s.lines.filter((l) => l.includes('too many failed authentications')).map((l) => JSON.parse(l) as Record<string, unknown>);
+    expect(logged).toHaveLength(1);
+    expect(logged[0]).toMatchObject({ level: 40, address: '127.0.0.1', failures: 2, windowSeconds: 30 });
   });
 });
