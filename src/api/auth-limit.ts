@@ -1,8 +1,11 @@
 // The limits on failed authentication: a bounded per-address counter of
 // failed credentials (wrong key, unknown email, unknown token) and a
 // server-wide budget for the slow scrypt checks of keys not yet re-hashed.
-// @fastify/rate-limit counts every request and cannot peek without counting,
-// so it cannot count only failures; this is a small fixed-window map instead.
+// Not @fastify/rate-limit: it could count only failures (createRateLimit,
+// peeking with {increment: false}), but its check is asynchronous and belongs
+// to a fastify instance, while authentication also runs synchronously where
+// fastify's own errors and CONNECT are answered (server.ts); a fixed-window
+// map does it in place, bounded, on a clock tests can move.
 
 import { isIP } from 'node:net';
 
