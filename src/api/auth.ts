@@ -2,11 +2,14 @@
 // (`Authorization: Bearer`, Cloudflare's recommended scheme) or
 // X-Auth-Email/X-Auth-Key (the legacy global-key scheme) mapped to a user,
 // then the account_id or zone_id of the path checked against what that user
-// (or the token's scope) may reach; a read-only token may not write.
+// (or the token's scope) may reach; a read-only token may not write. Failed
+// credentials are counted per client address (see auth-limit.ts).
 
 import type { FastifyRequest } from 'fastify';
+import { MoatError, type ErrorName } from '../errors/index.js';
 import { isId, isWellFormedEmail, isWellFormedKey, isWellFormedToken, type Principal, type Tokens, type Users } from '../store/index.js';
 import { apiError } from './api-error.js';
+import { DEFAULT_AUTH_LIMIT, FailureLimiter, TokenBucket, type AuthLimitOptions } from './auth-limit.js';
 import { shownPath } from './request.js';
 
 declare module 'fastify' {
@@ -28,6 +31,18 @@ function header(req: FastifyRequest, name: string): string | undefined {
   return Array.isArray(v) ? v[0] : v;
 }
 
+/** An error answered with a `Retry-After` header (429 over the failure limit, 503 when legacy checks are busy). */
+export class RetryLaterError extends MoatError {
+  constructor(
+    name: ErrorName,
+    message: string,
+    /** Seconds, for the Retry-After header. */
+    readonly retryAfter: number,
+  ) {
+    super(name, message);
+  }
+}
+
 /** Methods that only read: all a read-only token may use. */
 const READ_METHODS = new Set(['GET', 'HEAD', 'OPTIONS']);
 
@@ -47,7 +62,7 @@ function authenticateToken(authorization: string, tokens: Tokens): Principal {
  * malformed or unknown credentials, and 403/7402 for a write with a read-only
  * token. X-Auth-Email/X-Auth-Key win when both schemes are sent.
  */
-export function authenticate(req: FastifyRequest, users: Users, tokens: Tokens): Principal {
+export function authenticate(req: FastifyRequest, users: Users, tokens: Tokens, mayCheckScrypt: () => boolean = () => true): Principal {
   const email = header(req, 'x-auth-email');
   const key = header(req, 'x-auth-key');
   const authorization = header(req, 'authorization');
@@ -70,10 +85,16 @@ export function authenticate(req: FastifyRequest, users: Users, tokens: Tokens):
   if (!isWellFormedKey(key)) {
     throw apiError('AUTH_MISSING_HEADERS', 'Invalid request headers', { chain: [apiError('AUTH_BAD_KEY_HEADER', 'Invalid format for X-Auth-Key header')] });
   }
-  const p = users.verify(email, key);
-  if (p === undefined) throw apiError('AUTH_UNKNOWN_KEY', 'Unknown X-Auth-Key or X-Auth-Email');
-  return p;
+  const r = users.verifyKey(email, key, mayCheckScrypt);
+  if (r.outcome === 'ok') return r.principal;
+  if (r.outcome === 'legacy-deferred') {
+    throw new RetryLaterError('AUTH_LEGACY_BUSY', 'This key is still stored with the old scrypt hash and the server is checking as many of those as it allows; retry shortly', 1);
+  }
+  throw apiError('AUTH_UNKNOWN_KEY', 'Unknown X-Auth-Key or X-Auth-Email');
 }
+
+/** Errors that mean "these credentials are wrong": what the failure limit counts. */
+const FAILED_CREDENTIALS = new Set<ErrorName>(['AUTH_UNKNOWN_KEY', 'AUTH_INVALID_TOKEN']);
 
 function badId(req: FastifyRequest): never {
   throw apiError('API_BAD_IDENTIFIER', `Could not route to ${shownPath(req.url)}, perhaps your object identifier is invalid?`);
@@ -116,14 +137,46 @@ export function principalOf(req: FastifyRequest): Principal {
 
 /** Authentication and scopes over one set of users: what the server's hook and the routes call. */
 export class Auth {
+  /** Failed credentials per client address. */
+  readonly failures: FailureLimiter;
+  private readonly limit: AuthLimitOptions;
+  /** Server-wide budget of scrypt checks (keys not yet re-hashed): 2 a second. */
+  private readonly scryptBudget: TokenBucket;
+
   constructor(
     readonly users: Users,
     readonly tokens: Tokens,
-  ) {}
+    limit: Partial<AuthLimitOptions> = {},
+    /** Told once per window when an address reaches the limit (the server logs it: an operator wants to see a flood). */
+    private readonly onLimited: (address: string, limit: AuthLimitOptions) => void = () => {},
+  ) {
+    this.limit = { ...DEFAULT_AUTH_LIMIT, ...limit };
+    this.failures = new FailureLimiter(this.limit);
+    this.scryptBudget = new TokenBucket(2, 2);
+  }
 
-  /** The principal of a request's credentials (see authenticate). */
+  /**
+   * The principal of a request's credentials (see authenticate). An address
+   * over the failure limit still gets in with correct credentials: their
+   * check costs microseconds, and clients behind one address (every local
+   * client of a loopback listener) must not be locked out by one of them.
+   * Its failures are answered 429 with Retry-After instead of 403, and it may
+   * not spend the scrypt budget.
+   */
   authenticate(req: FastifyRequest): Principal {
-    return authenticate(req, this.users, this.tokens);
+    const address = req.ip;
+    const limited = this.failures.retryAfter(address) > 0;
+    try {
+      return authenticate(req, this.users, this.tokens, () => !limited && this.scryptBudget.take());
+    } catch (err) {
+      if (!(err instanceof MoatError) || !(FAILED_CREDENTIALS.has(err.errorName) || (limited && err.errorName === 'AUTH_LEGACY_BUSY'))) throw err;
+      if (this.failures.fail(address)) this.onLimited(address ?? '?', this.limit);
+      const wait = this.failures.retryAfter(address);
+      if (limited && wait > 0) {
+        throw new RetryLaterError('AUTH_TOO_MANY_FAILURES', `Too many failed authentications from this address; retry after ${wait} seconds`, wait);
+      }
+      throw err;
+    }
   }
 
   /** The scope of an authenticated request's path (see scopeOf). */

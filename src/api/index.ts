@@ -6,6 +6,7 @@ export { createServices, type Services, type ServicesOptions } from './services.
 export { Runners, type Runner, type RunnerLogger } from './runner.js';
 export { ok, fail, type Envelope } from './envelope.js';
 export { DEFAULT_API_LIMITS, type ApiLimits } from './limits.js';
+export { DEFAULT_AUTH_LIMIT, FailureLimiter, addressKey, type AuthLimitOptions } from './auth-limit.js';
 export { ApiErrors } from './api-error.js';
 export { RulesetService, PHASES, canonicalPhase, type RulesetView } from './rulesets-service.js';
 export { ListService } from './lists-service.js';

@@ -9,6 +9,7 @@ import Fastify, { LogController, type FastifyBaseLogger, type FastifyInstance, t
 import type { Logger } from 'pino';
 import { MoatError } from '../errors/index.js';
 import { ApiErrors, apiError } from './api-error.js';
+import { RetryLaterError } from './auth.js';
 import { fail } from './envelope.js';
 import { loneSurrogateAt, shownPath } from './request.js';
 import { listRoutes } from './routes/lists.js';
@@ -63,7 +64,22 @@ function rawResponse(err: MoatError, headers: Record<string, string> = {}): stri
   return `${lines.join('\r\n')}\r\n\r\n${body}`;
 }
 
-const STATUS_TEXT: Record<number, string> = { 400: 'Bad Request', 401: 'Unauthorized', 403: 'Forbidden', 405: 'Method Not Allowed', 408: 'Request Timeout', 431: 'Request Header Fields Too Large' };
+const STATUS_TEXT: Record<number, string> = {
+  400: 'Bad Request',
+  401: 'Unauthorized',
+  403: 'Forbidden',
+  405: 'Method Not Allowed',
+  408: 'Request Timeout',
+  429: 'Too Many Requests',
+  431: 'Request Header Fields Too Large',
+  503: 'Service Unavailable',
+};
+
+/** The Retry-After header an error asks for (429 over the failure limit, 503 legacy checks busy), if any. */
+function retryAfterOf(errors: readonly MoatError[]): Record<string, string> {
+  const e = errors[0];
+  return e instanceof RetryLaterError ? { 'Retry-After': String(e.retryAfter) } : {};
+}
 
 /**
  * Node's clientError (the request could not be parsed: a NUL byte in a header,
@@ -177,7 +193,7 @@ export async function buildServer(options: ServerOptions): Promise<FastifyInstan
     } catch (authErr) {
       errors = toMoatErrors(authErr)?.errors ?? [apiError('API_INTERNAL', 'Internal error')];
     }
-    void reply.code(errors[0]!.status).type('application/json').send(fail(errors));
+    void reply.code(errors[0]!.status).headers(retryAfterOf(errors)).type('application/json').send(fail(errors));
   };
 
   // CONNECT never reaches fastify (node hands it to a 'connect' listener, or
@@ -186,12 +202,12 @@ export async function buildServer(options: ServerOptions): Promise<FastifyInstan
     socket.on('error', () => socket.destroy());
     let error: MoatError;
     try {
-      services.auth.authenticate({ headers: req.headers, method: req.method } as unknown as FastifyRequest);
+      services.auth.authenticate({ headers: req.headers, method: req.method, ip: req.socket.remoteAddress } as unknown as FastifyRequest);
       error = apiError('API_METHOD_NOT_ALLOWED', 'CONNECT is not supported: Moat is not a proxy');
     } catch (authErr) {
       error = toMoatErrors(authErr)?.errors[0] ?? apiError('API_INTERNAL', 'Internal error');
     }
-    socket.end(rawResponse(error, error.status === 405 ? { Allow: 'DELETE, GET, HEAD, PATCH, POST, PUT' } : {}));
+    socket.end(rawResponse(error, error.status === 405 ? { Allow: 'DELETE, GET, HEAD, PATCH, POST, PUT' } : retryAfterOf([error])));
   });
 
   // Every route's methods, so that a wrong method on an existing path answers 405 with Allow.
@@ -237,7 +253,7 @@ export async function buildServer(options: ServerOptions): Promise<FastifyInstan
       void reply.code(500).type('application/json').send(fail([apiError('API_INTERNAL', 'Internal error')]));
       return;
     }
-    void reply.code(mapped.status).type('application/json').send(fail(mapped.errors));
+    void reply.code(mapped.status).headers(retryAfterOf(mapped.errors)).type('application/json').send(fail(mapped.errors));
   });
 
   app.setNotFoundHandler(async (req, reply) => {

@@ -5,6 +5,7 @@
 
 import { Users, ListStore, Tokens, type Database } from '../store/index.js';
 import { Auth } from './auth.js';
+import type { AuthLimitOptions } from './auth-limit.js';
 import { DEFAULT_API_LIMITS, type ApiLimits } from './limits.js';
 import { createListOperations, type ListOperationsRunner } from './list-operations.js';
 import { ListService } from './lists-service.js';
@@ -17,6 +18,8 @@ export interface ServicesOptions {
   /** The users repository (default: one over `store`). */
   users?: Users | undefined;
   limits?: Partial<ApiLimits> | undefined;
+  /** The failed-authentication limit (default DEFAULT_AUTH_LIMIT). */
+  authLimit?: Partial<AuthLimitOptions> | undefined;
   /** Where the runners report (default: nowhere). */
   logger?: RunnerLogger | undefined;
 }
@@ -45,7 +48,9 @@ export function createServices(options: ServicesOptions): Services {
     store,
     limits,
     users,
-    auth: new Auth(users, new Tokens(store, users)),
+    auth: new Auth(users, new Tokens(store, users), options.authLimit, (address, l) =>
+      logger?.warn({ address, failures: l.maxFailures, windowSeconds: l.windowSeconds }, 'too many failed authentications: further failures from this address are answered 429 until the window ends'),
+    ),
     rulesets: new RulesetService(store, limits),
     lists: new ListService(store, limits, () => listOperations.wake()),
     listOperations,

@@ -148,6 +148,8 @@ export const ERRORS = Object.freeze({
   USER_BAD_INPUT: def(7400, 400, 'invalid user, account or zone'),
   USER_NOT_FOUND: def(7401, 404, 'user, key or token not found'),
   AUTH_TOKEN_READ_ONLY: def(7402, 403, 'a read-only API token cannot write'),
+  AUTH_TOO_MANY_FAILURES: def(7403, 429, 'too many failed authentications from this address; retry after Retry-After seconds'),
+  AUTH_LEGACY_BUSY: def(7404, 503, 'a key stored with the old scrypt hash cannot be checked now (server-wide budget spent); retry after Retry-After seconds'),
 
   // 8xxx: the embedded store
   STORE_OPEN: def(8001, 500, 'cannot open the database'),

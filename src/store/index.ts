@@ -1,7 +1,7 @@
 // Public face of the store: the embedded SQLite database, users and keys, and
 // the repositories of rulesets and lists.
 export { Database, DB_FILE, secureDataDir, type Db, type OpenOptions } from './database.js';
-export { Users, isWellFormedEmail, isWellFormedKey, type Principal, type UserInfo } from './users.js';
+export { Users, isWellFormedEmail, isWellFormedKey, type KeyCheck, type Principal, type UserInfo } from './users.js';
 export { Tokens, isWellFormedToken, type TokenInfo } from './tokens.js';
 export { newId, isId, nowStamp } from './ids.js';
 export {

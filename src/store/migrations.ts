@@ -179,4 +179,20 @@ export const MIGRATIONS: readonly string[] = [
     PRIMARY KEY (token_id, account_id)
   ) STRICT, WITHOUT ROWID;
   `,
+  // 4: API keys verified with a fast keyed hash. Keys are long random
+  // strings, not passwords: HMAC-SHA256 under a per-installation secret (kept
+  // here, in a file that is owner-only) is enough, and scrypt made every
+  // wrong key cost ~60 ms of the event loop. Rows written before keep
+  // scheme 'scrypt' until their key is next used (then re-hashed: the key is
+  // needed to compute its HMAC). The hash index lets a key be looked up
+  // without first looking up its email, so a wrong key costs the same
+  // whether or not the email exists.
+  `
+  ALTER TABLE api_keys ADD COLUMN scheme TEXT NOT NULL DEFAULT 'scrypt';
+  CREATE INDEX api_keys_hash ON api_keys(hash);
+  CREATE TABLE auth_secret (
+    id INTEGER PRIMARY KEY CHECK (id = 1),
+    secret BLOB NOT NULL
+  ) STRICT;
+  `,
 ];

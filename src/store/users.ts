@@ -1,10 +1,14 @@
 // Users, their API keys and the accounts and zones they may reach. Keys are
-// stored as salted scrypt hashes; a verified key is remembered in memory by a
-// SHA-256 of email and key so that only the first request of a key pays for
-// scrypt (about 40 ms here), and the row is still checked on every request so a
-// revocation from the CLI takes effect at once.
+// long random strings, not passwords: each is stored as an HMAC-SHA256 under a
+// per-installation secret (table auth_secret, in the owner-only database), so
+// checking one costs microseconds, and a key is found by its hash before its
+// email is compared, so a wrong key costs the same whether or not the email
+// exists. Keys written by earlier versions hold a salted scrypt hash until
+// their next successful use re-hashes them; the caller decides whether such a
+// slow check may run now (see verifyKey). Rows are read on every request, so
+// a revocation from the CLI takes effect at once.
 
-import { createHash, randomBytes, scryptSync, timingSafeEqual } from 'node:crypto';
+import { createHmac, randomBytes, scryptSync, timingSafeEqual } from 'node:crypto';
 import { MoatError } from '../errors/index.js';
 import type { Database } from './database.js';
 import { isId, newId, nowStamp } from './ids.js';
@@ -39,9 +43,25 @@ const EMAIL = /^[^\s@]+@[^\s@]+$/;
 const KEY = /^[A-Za-z0-9_-]{16,128}$/;
 const SCRYPT_KEYLEN = 32;
 
-function hashKey(key: string, salt: Buffer): Buffer {
+/** How a key row's hash was made: the current scheme, or the one rows written before schema 4 keep until re-hashed. */
+const HMAC_SCHEME = 'hmac-sha256';
+const LEGACY_SCHEME = 'scrypt';
+
+/** The legacy hash: salted scrypt (about 40-60 ms a check, on the calling thread). */
+function scryptHash(key: string, salt: Buffer): Buffer {
   return scryptSync(key, salt, SCRYPT_KEYLEN);
 }
+
+/** Compared against when no row matches, so a miss does the same work as a hit. */
+const DUMMY_HASH = randomBytes(32);
+const NO_SALT = Buffer.alloc(0);
+
+/** What checking an email and key found. */
+export type KeyCheck =
+  | { readonly outcome: 'ok'; readonly principal: Principal }
+  | { readonly outcome: 'unknown' }
+  /** The email has keys still stored as scrypt hashes, and the caller did not allow a scrypt check now. */
+  | { readonly outcome: 'legacy-deferred' };
 
 /** True when a key has the accepted shape (16-128 of A-Z a-z 0-9 _ -). */
 export function isWellFormedKey(key: string): boolean {
@@ -55,9 +75,37 @@ export function isWellFormedEmail(email: string): boolean {
 
 /** Users and keys in the database. */
 export class Users {
-  private readonly verified = new Map<string, string>();
+  /** The HMAC key of this installation's key hashes. */
+  private readonly secret: Buffer;
+  /** Whether any key row still holds a scrypt hash; only ever goes from true to false (new rows are HMAC). */
+  private legacyLeft: boolean;
 
-  constructor(private readonly store: Database) {}
+  constructor(private readonly store: Database) {
+    this.secret = this.loadSecret();
+    this.legacyLeft = this.legacyKeyCount() > 0;
+  }
+
+  /** The installation's secret, created (32 random bytes) by the first Users over a new database. */
+  private loadSecret(): Buffer {
+    const get = () => this.store.db.prepare('SELECT secret FROM auth_secret WHERE id = 1').get() as { secret: Buffer } | undefined;
+    let row = get();
+    if (row === undefined) {
+      // OR IGNORE: a server and a CLI command opening a new database at once agree on the first one written.
+      this.store.db.prepare('INSERT OR IGNORE INTO auth_secret (id, secret) VALUES (1, ?)').run(randomBytes(32));
+      row = get();
+    }
+    return row!.secret;
+  }
+
+  /** The stored hash of a key: HMAC-SHA256 under the installation's secret. */
+  private keyHash(key: string): Buffer {
+    return createHmac('sha256', this.secret).update(key).digest();
+  }
+
+  /** Active and revoked keys still stored as scrypt hashes (they are re-hashed on their next successful use). */
+  legacyKeyCount(): number {
+    return (this.store.db.prepare('SELECT count(*) AS n FROM api_keys WHERE scheme = ? AND revoked_on IS NULL').get(LEGACY_SCHEME) as { n: number }).n;
+  }
 
   /** Creates the account (and zone) rows on first use. */
   private ensureAccount(accountId: string): void {
@@ -116,10 +164,9 @@ export class Users {
   }
 
   private insertKey(userId: string, key: string): void {
-    const salt = randomBytes(16);
     this.store.db
-      .prepare('INSERT INTO api_keys (id, user_id, salt, hash, hint, created_on) VALUES (?, ?, ?, ?, ?, ?)')
-      .run(newId(), userId, salt, hashKey(key, salt), key.slice(-4), nowStamp());
+      .prepare('INSERT INTO api_keys (id, user_id, salt, hash, hint, created_on, scheme) VALUES (?, ?, ?, ?, ?, ?, ?)')
+      .run(newId(), userId, NO_SALT, this.keyHash(key), key.slice(-4), nowStamp(), HMAC_SCHEME);
   }
 
   /** Revokes every key of a user (or one key by id); returns how many were revoked. */
@@ -166,36 +213,61 @@ export class Users {
     };
   }
 
-  /** The principal for an email and key, or undefined when they do not match an active key. */
+  /** The principal for an email and key, or undefined when they do not match an active key (scrypt checks allowed). */
   verify(email: string, key: string): Principal | undefined {
+    const r = this.verifyKey(email, key, () => true);
+    return r.outcome === 'ok' ? r.principal : undefined;
+  }
+
+  /**
+   * Checks an email and key. The key's HMAC is looked up by the hash index and
+   * only then is the email compared, with one constant-time comparison
+   * against the row found or a dummy: a few microseconds, the same work for a
+   * known and an unknown email. Only when that fails and the email has keys
+   * still stored as scrypt hashes is `mayCheckScrypt` asked whether a slow
+   * check may run now; one that matches is re-hashed to HMAC.
+   */
+  verifyKey(email: string, key: string, mayCheckScrypt: () => boolean): KeyCheck {
     const db = this.store.db;
-    const u = db.prepare('SELECT id, email FROM users WHERE email = ?').get(email) as { id: string; email: string } | undefined;
-    if (u === undefined) return undefined;
-    const memo = createHash('sha256').update(u.id).update('\0').update(key).digest('base64');
-    let keyId = this.verified.get(memo);
-    if (keyId !== undefined) {
-      const live = db.prepare('SELECT 1 FROM api_keys WHERE id = ? AND revoked_on IS NULL').get(keyId);
-      if (live === undefined) {
-        this.verified.delete(memo);
-        keyId = undefined;
-      }
-    } else {
-      const keys = db.prepare('SELECT id, salt, hash FROM api_keys WHERE user_id = ? AND revoked_on IS NULL').all(u.id) as {
-        id: string;
-        salt: Buffer;
-        hash: Buffer;
-      }[];
-      for (const k of keys) {
-        if (timingSafeEqual(hashKey(key, k.salt), k.hash)) {
-          keyId = k.id;
-          // Bounded: a key is remembered only after it verified, so the map holds at most the live keys.
-          this.verified.set(memo, k.id);
-          break;
-        }
+    const h = this.keyHash(key);
+    const row = db
+      .prepare(
+        'SELECT k.id, k.hash, u.id AS user_id, u.email FROM api_keys k INDEXED BY api_keys_hash JOIN users u ON u.id = k.user_id ' +
+          'WHERE k.hash = ? AND k.scheme = ? AND k.revoked_on IS NULL AND u.email = ?',
+      )
+      .get(h, HMAC_SCHEME, email) as { id: string; hash: Buffer; user_id: string; email: string } | undefined;
+    // The index found the row; the comparison that decides is constant-time, and made on a miss too.
+    const matched = timingSafeEqual(row?.hash ?? DUMMY_HASH, h) && row !== undefined;
+    if (matched) return this.principal(row.user_id, row.email, row.id);
+    if (!this.legacyLeft) return { outcome: 'unknown' };
+    const legacy = db
+      .prepare('SELECT k.id, k.salt, k.hash, u.id AS user_id, u.email FROM api_keys k JOIN users u ON u.id = k.user_id WHERE u.email = ? AND k.scheme = ? AND k.revoked_on IS NULL')
+      .all(email, LEGACY_SCHEME) as { id: string; salt: Buffer; hash: Buffer; user_id: string; email: string }[];
+    if (legacy.length === 0) return { outcome: 'unknown' };
+    if (!mayCheckScrypt()) return { outcome: 'legacy-deferred' };
+    for (const k of legacy) {
+      if (timingSafeEqual(scryptHash(key, k.salt), k.hash)) {
+        this.upgrade(k.id, h);
+        return this.principal(k.user_id, k.email, k.id);
       }
     }
-    if (keyId === undefined) return undefined;
-    return { userId: u.id, email: u.email, keyId, via: 'key', readOnly: false, ...this.reach(u.id) };
+    return { outcome: 'unknown' };
+  }
+
+  /** Re-hashes a legacy row whose key just verified; a busy database only postpones it to the key's next use. */
+  private upgrade(keyId: string, hash: Buffer): void {
+    try {
+      this.store.write(() => {
+        this.store.db.prepare('UPDATE api_keys SET scheme = ?, salt = ?, hash = ? WHERE id = ? AND scheme = ?').run(HMAC_SCHEME, NO_SALT, hash, keyId, LEGACY_SCHEME);
+      });
+      this.legacyLeft = this.legacyKeyCount() > 0;
+    } catch (err) {
+      if (!(err instanceof MoatError && err.errorName === 'STORE_BUSY')) throw err;
+    }
+  }
+
+  private principal(userId: string, email: string, keyId: string): KeyCheck {
+    return { outcome: 'ok', principal: { userId, email, keyId, via: 'key', readOnly: false, ...this.reach(userId) } };
   }
 
   /** The accounts and zones a user may reach. */

@@ -9,7 +9,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import Cloudflare from 'cloudflare';
 import type { FastifyInstance } from 'fastify';
-import { buildServer, createServices, type ApiLimits, type RulesetView, type Services } from '../../src/api/index.js';
+import { buildServer, createServices, type ApiLimits, type AuthLimitOptions, type RulesetView, type Services } from '../../src/api/index.js';
 import { Database, newId, type StoredRule, type Users } from '../../src/store/index.js';
 
 /** The SDK's phase type lists Cloudflare's names only; Moat's phase is network_transit. */
@@ -79,6 +79,8 @@ export interface StartApiOptions {
   /** The data directory (default: a new temporary one, removed by dispose). */
   dataDir?: string;
   limits?: Partial<ApiLimits>;
+  /** The failed-authentication limit (default: the server's own). */
+  authLimit?: Partial<AuthLimitOptions>;
   /** The server's body limit in bytes (default: the server's own). */
   bodyLimit?: number;
   /** The first user (created unless a user of that email exists). */
@@ -92,7 +94,7 @@ export interface StartApiOptions {
 export async function startApi(options: StartApiOptions = {}): Promise<TestApi> {
   const dataDir = options.dataDir ?? mkdtempSync(join(tmpdir(), 'moat-api-'));
   const store = Database.open(dataDir);
-  const services = createServices({ store, limits: options.limits });
+  const services = createServices({ store, limits: options.limits, authLimit: options.authLimit });
   const { users } = services;
   const email = options.email ?? 'owner@example.com';
   const accountId = options.accountId ?? newId();

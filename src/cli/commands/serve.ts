@@ -8,17 +8,17 @@ import { join } from 'node:path';
 import { Option, type Command } from 'commander';
 import type { FastifyInstance } from 'fastify';
 import { pino, type Logger } from 'pino';
-import { buildServer, createServices, BASE_PATH } from '../../api/index.js';
+import { buildServer, createServices, BASE_PATH, DEFAULT_AUTH_LIMIT } from '../../api/index.js';
 import { hostPortProblem } from '../../config/index.js';
 import { MoatError } from '../../errors/index.js';
-import { Database, newId, secureDataDir, type Users } from '../../store/index.js';
+import { Database, isWellFormedEmail, newId, secureDataDir, type Users } from '../../store/index.js';
 import { CliError, type Output } from '../output.js';
 
 /** The data directory when --data-dir is not given: $MOAT_DATA_DIR, else ./moat-data. */
 export const DEFAULT_DATA_DIR = process.env['MOAT_DATA_DIR'] ?? './moat-data';
 /** Where the API listens when --listen is not given. */
 export const DEFAULT_LISTEN = '127.0.0.1:8080';
-/** Email of the user created on an empty database. */
+/** Email of the user created on an empty database when --first-user-email is not given (anyone can guess it: the server says so). */
 export const FIRST_USER_EMAIL = 'admin@moat.local';
 
 interface ServeFlags {
@@ -26,6 +26,16 @@ interface ServeFlags {
   listen: string;
   logLevel: string;
   writeFirstUser?: boolean;
+  firstUserEmail?: string;
+  authFailLimit: string;
+  authFailWindow: string;
+}
+
+/** A whole number in [min, max] given to `flag`, or a usage error naming it. */
+function wholeNumber(flag: string, value: string, min: number, max: number): number {
+  const n = /^\d{1,9}$/.test(value) ? Number(value) : NaN;
+  if (!(n >= min && n <= max)) throw new CliError(`${flag} ${JSON.stringify(value.slice(0, 40))}: expected a whole number from ${min} to ${max}`);
+  return n;
 }
 
 /** Splits HOST:PORT (IPv6 hosts in brackets). */
@@ -48,8 +58,18 @@ export function registerServe(program: Command, out: Output): void {
     .option('--listen <host:port>', 'address to listen on', DEFAULT_LISTEN)
     .option('--log-level <level>', 'log level: fatal, error, warn, info, debug', 'info')
     .option('--write-first-user', "also write the first user's key to <data-dir>/first-user.json (mode 0600) when this start creates it; without it the key is only printed")
+    .option('--first-user-email <email>', `email of the user created on an empty database (default ${FIRST_USER_EMAIL}, which anyone can guess)`)
+    .option('--auth-fail-limit <n>', 'failed authentications an address may make per window before its failures are answered 429 (0: no limit)', String(DEFAULT_AUTH_LIMIT.maxFailures))
+    .option('--auth-fail-window <seconds>', "the failure limit's window, from an address's first failure", String(DEFAULT_AUTH_LIMIT.windowSeconds))
     .action(async (flags: ServeFlags) => {
       const { host, port } = parseListen(flags.listen);
+      if (flags.firstUserEmail !== undefined && !isWellFormedEmail(flags.firstUserEmail)) {
+        throw new CliError(`--first-user-email ${JSON.stringify(flags.firstUserEmail.slice(0, 80))}: not an email address`);
+      }
+      const authLimit = {
+        maxFailures: wholeNumber('--auth-fail-limit', flags.authFailLimit, 0, 1_000_000),
+        windowSeconds: wholeNumber('--auth-fail-window', flags.authFailWindow, 1, 86_400),
+      };
       if (!['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'].includes(flags.logLevel)) throw new CliError(`--log-level ${flags.logLevel}: unknown level`);
       // Every startup failure is one line with a code and exit 1 (see startupError).
       let store: Database | undefined;
@@ -62,7 +82,7 @@ export function registerServe(program: Command, out: Output): void {
         for (const line of secureDataDir(flags.dataDir)) out.stderr(`moat: tightened ${line}`);
         store = Database.open(flags.dataDir);
         const log = pino({ level: flags.logLevel, base: { service: 'moat-api' } });
-        const services = createServices({ store, logger: log });
+        const services = createServices({ store, logger: log, authLimit });
         app = await buildServer({ services, logger: log });
         try {
           // The runners start once this resolves: a busy port starts no work,
@@ -117,15 +137,16 @@ async function running(
 ): Promise<never> {
   // Counted and created under one write lock: two servers started at once
   // on an empty directory must not both try to create the first user.
+  const firstEmail = flags.firstUserEmail ?? FIRST_USER_EMAIL;
   const first = store.write(() => {
     if (users.count() !== 0) return undefined;
     const account = newId();
-    const { key } = users.create({ email: FIRST_USER_EMAIL, accounts: [account] });
-    return { email: FIRST_USER_EMAIL, key, account };
+    const { key } = users.create({ email: firstEmail, accounts: [account] });
+    return { email: firstEmail, key, account };
   });
   if (first !== undefined && flags.writeFirstUser === true) {
-    const { key, account } = first;
-    writeFileSync(join(flags.dataDir, 'first-user.json'), JSON.stringify({ email: FIRST_USER_EMAIL, key, account_id: account }, null, 2) + '\n', { mode: 0o600 });
+    const { email, key, account } = first;
+    writeFileSync(join(flags.dataDir, 'first-user.json'), JSON.stringify({ email, key, account_id: account }, null, 2) + '\n', { mode: 0o600 });
   }
   const shown = host.includes(':') ? `[${host}]` : host;
   // The bound port, not the requested one: with --listen HOST:0 the kernel
@@ -143,6 +164,21 @@ async function running(
     out.stdout(`  try: curl -s ${url}/accounts/${first.account}/rulesets -H 'X-Auth-Email: ${first.email}' -H 'X-Auth-Key: ${first.key}'`);
   } else {
     out.stdout(`moat: ${users.count()} user(s); manage them with: moat users list --data-dir ${flags.dataDir}`);
+    if (flags.firstUserEmail !== undefined) out.stderr(`moat: --first-user-email ignored: the database already has users (add one with \`moat users create\`)`);
+  }
+  // The default email is the first thing an attacker tries: say so on every start while it has a live key.
+  if (users.get(FIRST_USER_EMAIL)?.keys.some((k) => k.revoked_on === null) === true) {
+    out.stderr(
+      `moat: warning: user ${FIRST_USER_EMAIL} is the default first user, an email anyone can guess: create your own (moat users create --data-dir ${flags.dataDir} --email YOU --account ACCOUNT_ID) ` +
+        `and revoke it (moat users revoke --data-dir ${flags.dataDir} --email ${FIRST_USER_EMAIL}), or start on a new data directory with --first-user-email`,
+    );
+  }
+  const legacy = users.legacyKeyCount();
+  if (legacy > 0) {
+    out.stderr(
+      `moat: ${legacy} API key(s) still hold the scrypt hash of an older Moat; each is re-hashed on its first successful use. Until then a wrong key for their users costs a scrypt check ` +
+        '(at most 2 a second server-wide, beyond that 503/7404); replace unused ones (moat users add-key, then moat users revoke --key-id)',
+    );
   }
   let closing = false;
   const stop = (signal: string) => {
