@@ -1,0 +1,342 @@
+// A daemon fed by a control plane over the channel: the control plane here is
+// a real `ws` server on loopback playing the protocol (README "The control
+// channel protocol"), the daemon a real Daemon with in-memory captures and a
+// real state directory. The daemon acknowledges what it applied only once it
+// is the cached one, rejects a bad bundle and keeps the running one, enforces
+// its cache when it starts without its control plane, holds traffic with no
+// bundle at all (unless failOpen), backs off, resumes with its digest, and
+// notices a dead connection.
+import { createHash } from 'node:crypto';
+import { chmodSync, existsSync, mkdtempSync, readFileSync, statSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { pino, type Logger } from 'pino';
+import { afterEach, describe, expect, it } from 'vitest';
+import { WebSocketServer, type WebSocket } from 'ws';
+import { CHANNEL_PATH, CLOSE, type Bundle } from '../../src/channel/index.js';
+import { validateDaemonConfig } from '../../src/config/index.js';
+import { ChannelBundleSource, Daemon, daemonMetrics } from '../../src/daemon/index.js';
+import { MemorySource } from '../support/memory-source.js';
+import { buildFrame, TCP } from '../support/packet-builder.js';
+
+const sha = (s: string) => createHash('sha256').update(s, 'utf8').digest('hex');
+const frame = (src: string, port: number) => Buffer.from(buildFrame({ ip: { version: 4, src, dst: '192.0.2.2', ttl: 64 }, l4: { kind: 'tcp', srcPort: 1000, dstPort: port, flags: TCP.SYN } }));
+const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+
+async function until<T>(what: string, f: () => T | undefined | false, ms = 5000): Promise<T> {
+  const end = Date.now() + ms;
+  for (;;) {
+    const v = f();
+    if (v !== undefined && v !== false) return v;
+    if (Date.now() > end) throw new Error(`timed out waiting for ${what}`);
+    await sleep(10);
+  }
+}
+
+/** A bundle the way a control plane builds one: account rules, and lists with entries (or only their digests). */
+function bundle(seq: number, version: string, rules: Array<{ id: string; expression: string }>, lists: Record<string, { entries: string[]; send: boolean }> = {}): Bundle {
+  const l = Object.fromEntries(Object.entries(lists).map(([name, x]) => [name, { digest: sha(x.entries.join('\n')), ...(x.send ? { entries: x.entries } : {}) }]));
+  const account = { id: 'acc-entry', name: 'account', kind: 'root', phase: 'network_transit', version, rules: rules.map((r) => ({ ...r, action: 'block', enabled: true })) };
+  const digest = sha(JSON.stringify([account, Object.entries(l).map(([n, x]) => [n, x.digest])]));
+  return { type: 'bundle', seq, digest, account, zone: null, managed: [], lists: l };
+}
+
+type Msg = Record<string, unknown> & { type: string };
+
+/** A control plane on loopback: records every connection's messages; `onHello` answers (default: welcome, then the bundle set or up_to_date). */
+class FakeControlPlane {
+  server!: WebSocketServer;
+  port = 0;
+  connections: Array<{ ws: WebSocket; messages: Msg[] }> = [];
+  current: Bundle | undefined;
+  heartbeat = 10;
+  onHello: (ws: WebSocket, hello: Msg) => void = (ws, hello) => {
+    ws.send(JSON.stringify({ type: 'welcome', protocol: 1, heartbeat_seconds: this.heartbeat, daemon: { id: 'd1', name: 'gw1', account_id: 'acc', zone_id: null } }));
+    if (this.current === undefined) return;
+    if (hello['digest'] === this.current.digest) ws.send(JSON.stringify({ type: 'up_to_date', digest: this.current.digest }));
+    else ws.send(JSON.stringify(this.current));
+  };
+  /** Called with each ack as it arrives (before anything else runs). */
+  onAck: ((ack: Msg) => void) | undefined;
+
+  async start(port = 0): Promise<void> {
+    this.server = new WebSocketServer({ host: '127.0.0.1', port, path: CHANNEL_PATH });
+    await new Promise<void>((r) => this.server.once('listening', () => r()));
+    this.port = (this.server.address() as { port: number }).port;
+    this.server.on('connection', (ws) => {
+      const c = { ws, messages: [] as Msg[] };
+      this.connections.push(c);
+      ws.on('message', (data) => {
+        const m = JSON.parse(data.toString()) as Msg;
+        c.messages.push(m);
+        if (m.type === 'hello') this.onHello(ws, m);
+        if (m.type === 'ack') this.onAck?.(m);
+      });
+    });
+  }
+  get url(): string {
+    return `ws://127.0.0.1:${this.port}`;
+  }
+  messages(type: string): Msg[] {
+    return this.connections.flatMap((c) => c.messages.filter((m) => m.type === type));
+  }
+  /** Pushes a bundle on the newest connection. */
+  push(b: Bundle): void {
+    this.current = b;
+    this.connections.at(-1)!.ws.send(JSON.stringify(b));
+  }
+  /** Like `kill -9`: connections dropped without a close frame, the port closed. */
+  async kill(): Promise<void> {
+    for (const c of this.connections) c.ws.terminate();
+    await new Promise<void>((r) => this.server.close(() => r()));
+  }
+}
+
+const cleanups: Array<() => Promise<void> | void> = [];
+afterEach(async () => {
+  for (const f of cleanups.splice(0).reverse()) await f();
+});
+
+function logger(): { log: Logger; lines: Array<Record<string, unknown>> } {
+  const lines: Array<Record<string, unknown>> = [];
+  return { log: pino({ level: 'info' }, { write: (s: string) => void lines.push(JSON.parse(s) as Record<string, unknown>) }), lines };
+}
+
+/** A daemon on two in-memory ports ("ga" in, "gb" out) fed by the control plane at `url`. */
+async function daemonFor(url: string, stateDir: string, extra: { failOpen?: boolean; mode?: 'inline' | 'monitor'; heartbeatSeconds?: number; maxBackoffSeconds?: number; initialBackoffMs?: number } = {}) {
+  const mode = extra.mode ?? 'inline';
+  const config = validateDaemonConfig(
+    {
+      mode,
+      interfaces: mode === 'inline' ? ['ga', 'gb'] : ['ga'],
+      controlPlane: { url, token: 'moatd_test_token', stateDir, maxBackoffSeconds: extra.maxBackoffSeconds ?? 30, ...(extra.heartbeatSeconds === undefined ? {} : { heartbeatSeconds: extra.heartbeatSeconds }) },
+      failOpen: extra.failOpen ?? false,
+      metrics: { enabled: false },
+    },
+    join(stateDir, '..', 'daemon.jsonc'),
+  );
+  const { log, lines } = logger();
+  const ports = new Map<string, MemorySource>();
+  const source = new ChannelBundleSource(config, { moat: '9.9.9', initialBackoffMs: extra.initialBackoffMs ?? 50 });
+  const d = new Daemon(config, log, (iface) => {
+    const s = new MemorySource(iface);
+    ports.set(iface, s);
+    return s;
+  }, source);
+  await d.start();
+  cleanups.push(() => d.stop());
+  const ga = ports.get('ga')!;
+  const gb = ports.get('gb');
+  /** Sends a frame in on ga; true when it was forwarded out of gb. */
+  const forwards = (f: Buffer): boolean => {
+    const before = gb?.sentFrames.length ?? 0;
+    ga.deliver(f);
+    return (gb?.sentFrames.length ?? 0) > before;
+  };
+  return { d, source, lines, forwards, ga };
+}
+
+const newState = () => join(mkdtempSync(join(tmpdir(), 'moat-channel-')), 'state');
+
+describe('a daemon fed by its control plane', () => {
+  it('says hello with its token, version and digests, applies a pushed bundle, and acknowledges it once it is cached', async () => {
+    const cp = new FakeControlPlane();
+    await cp.start();
+    cleanups.push(() => cp.kill());
+    const b1 = bundle(1, '3', [{ id: 'ssh', expression: 'tcp.dstport == 22' }, { id: 'bad-hosts', expression: 'ip.src in $office_blocklist' }], { office_blocklist: { entries: ['198.51.100.0/24', '203.0.113.7'], send: true } });
+    cp.current = b1;
+    const state = newState();
+    // What the state directory holds at the moment the ack arrives: the ack must come after the bundle is durable.
+    let atAck: { pointer: unknown; list: string | undefined; account: boolean } | undefined;
+    cp.onAck = () => {
+      const list = join(state, 'lists', `${b1.lists['office_blocklist']!.digest}.txt`);
+      atAck = { pointer: (JSON.parse(readFileSync(join(state, 'current.json'), 'utf8')) as { digest: string }).digest, list: existsSync(list) ? sha(readFileSync(list, 'utf8')) : undefined, account: existsSync(join(state, 'bundles', b1.digest, 'account.json')) };
+    };
+    const { d, forwards, lines } = await daemonFor(cp.url, state);
+    const acks = await until('an ack', () => cp.messages('ack').length > 0 && cp.messages('ack'));
+    expect(cp.messages('hello')).toEqual([{ type: 'hello', protocol: 1, token: 'moatd_test_token', moat: '9.9.9', digest: null, lists: [] }]);
+    expect(acks).toEqual([{ type: 'ack', seq: 1, result: 'applied', digest: b1.digest, versions: { account: '3', zone: null } }]);
+    expect(atAck).toEqual({ pointer: b1.digest, list: b1.lists['office_blocklist']!.digest, account: true });
+    expect([forwards(frame('192.0.2.1', 22)), forwards(frame('198.51.100.9', 80)), forwards(frame('192.0.2.1', 80))]).toEqual([false, false, true]);
+    expect(d.bundles.status!()).toMatchObject({ connected: true, bundle: 'live', digest: b1.digest });
+    expect(lines.find((l) => l['msg'] === 'ruleset swapped')?.['reason']).toBe('control plane bundle 1: account version 3, zone version -');
+  });
+
+  it('rejects a bad bundle with the engine\'s coded errors and keeps enforcing the running one', async () => {
+    const cp = new FakeControlPlane();
+    await cp.start();
+    cleanups.push(() => cp.kill());
+    const good = bundle(1, '1', [{ id: 'ssh', expression: 'tcp.dstport == 22' }]);
+    cp.current = good;
+    const state = newState();
+    const { forwards } = await daemonFor(cp.url, state);
+    await until('the first ack', () => cp.messages('ack').length === 1);
+    cp.push(bundle(2, '2', [{ id: 'broken', expression: 'tcp.dstport ==' }]));
+    const ack = await until('the second ack', () => cp.messages('ack')[1]);
+    expect(ack).toMatchObject({ type: 'ack', seq: 2, result: 'rejected' });
+    expect((ack['errors'] as Array<{ code: number; pointer: string }>).map((e) => [e.code, e.pointer])).toEqual([[1014, '/rules/0/expression']]);
+    expect(forwards(frame('192.0.2.1', 22))).toBe(false);
+    expect((JSON.parse(readFileSync(join(state, 'current.json'), 'utf8')) as { digest: string }).digest).toBe(good.digest);
+  });
+
+  it('takes a list that is not sent again from its cache, and says hello again when it lacks one', async () => {
+    const cp = new FakeControlPlane();
+    await cp.start();
+    cleanups.push(() => cp.kill());
+    const entries = ['198.51.100.0/24'];
+    cp.current = bundle(1, '1', [{ id: 'l', expression: 'ip.src in $office_blocklist' }], { office_blocklist: { entries, send: true } });
+    const { forwards } = await daemonFor(cp.url, newState());
+    await until('the first ack', () => cp.messages('ack').length === 1);
+    // A rules change: the list travels as its digest only.
+    cp.push(bundle(2, '2', [{ id: 'l', expression: 'ip.src in $office_blocklist' }, { id: 'ssh', expression: 'tcp.dstport == 22' }], { office_blocklist: { entries, send: false } }));
+    expect(await until('the second ack', () => cp.messages('ack')[1])).toMatchObject({ seq: 2, result: 'applied', versions: { account: '2', zone: null } });
+    expect([forwards(frame('198.51.100.5', 80)), forwards(frame('192.0.2.1', 22)), forwards(frame('192.0.2.1', 80))]).toEqual([false, false, true]);
+    // A digest the daemon never held: it closes with 4000 and its next hello lists what it holds.
+    const closed = new Promise<number>((r) => cp.connections.at(-1)!.ws.once('close', (code) => r(code)));
+    cp.push(bundle(3, '3', [{ id: 'l', expression: 'ip.src in $other' }], { other: { entries: ['192.0.2.0/24'], send: false } }));
+    expect(await closed).toBe(CLOSE.PROTOCOL_ERROR);
+    const hello = await until('a second hello', () => cp.messages('hello')[1]);
+    expect(hello['lists']).toEqual([sha(entries.join('\n'))]);
+  });
+
+  it('starts on its cached bundle while the control plane is down, without waiting for it, and says so', async () => {
+    const cp = new FakeControlPlane();
+    await cp.start();
+    const b = bundle(1, '7', [{ id: 'ssh', expression: 'tcp.dstport == 22' }]);
+    cp.current = b;
+    const state = newState();
+    const first = await daemonFor(cp.url, state);
+    await until('the ack', () => cp.messages('ack').length === 1);
+    await first.d.stop();
+    const url = cp.url;
+    await cp.kill();
+
+    const t0 = Date.now();
+    const { d, forwards, lines } = await daemonFor(url, state);
+    expect(Date.now() - t0).toBeLessThan(2000);
+    expect(forwards(frame('192.0.2.1', 22))).toBe(false);
+    expect(forwards(frame('192.0.2.1', 80))).toBe(true);
+    expect(d.bundles.status!()).toMatchObject({ connected: false, bundle: 'cached', digest: b.digest });
+    expect(lines.find((l) => l['msg'] === 'enforcing the cached bundle until the control plane answers')).toMatchObject({ digest: b.digest, versions: { account: '7', zone: null } });
+    const metrics = await daemonMetrics(d).metrics();
+    expect(metrics).toMatch(/^moat_control_plane_connected 0$/m);
+    expect(metrics).toMatch(/^moat_bundle_cached 1$/m);
+  });
+
+  it('with no cache and no control plane forwards nothing inline, until a first bundle arrives', async () => {
+    const cp = new FakeControlPlane();
+    await cp.start();
+    cleanups.push(() => cp.kill());
+    cp.onHello = () => {}; // not answering yet
+    const { d, forwards, lines } = await daemonFor(cp.url, newState());
+    expect([forwards(frame('192.0.2.1', 80)), forwards(frame('192.0.2.1', 22))]).toEqual([false, false]);
+    expect([d.awaitingBundle, d.unjudged]).toEqual([true, 2]);
+    expect(lines.some((l) => l['msg'] === 'no bundle yet (none cached): forwarding nothing (failOpen is false) until the control plane sends one')).toBe(true);
+    expect(await daemonMetrics(d).metrics()).toMatch(/^moat_unjudged_packets_total 2$/m);
+    await until('a hello', () => cp.messages('hello').length === 1);
+    cp.connections[0]!.ws.send(JSON.stringify({ type: 'welcome', protocol: 1, heartbeat_seconds: 10, daemon: { id: 'd1', name: 'gw1', account_id: 'acc', zone_id: null } }));
+    cp.push(bundle(1, '1', [{ id: 'ssh', expression: 'tcp.dstport == 22' }]));
+    await until('the ack', () => cp.messages('ack').length === 1);
+    expect([forwards(frame('192.0.2.1', 80)), forwards(frame('192.0.2.1', 22)), d.awaitingBundle]).toEqual([true, false, false]);
+  });
+
+  it('with failOpen passes everything unjudged until a first bundle, and says so', async () => {
+    const { d, forwards, lines } = await daemonFor('ws://127.0.0.1:9', newState(), { failOpen: true });
+    expect([forwards(frame('192.0.2.1', 22)), d.unjudged]).toEqual([true, 1]);
+    expect(lines.find((l) => String(l['msg']).startsWith('no bundle yet'))).toMatchObject({ level: 40, msg: 'no bundle yet (none cached): forwarding everything unjudged (failOpen) until the control plane sends one' });
+  });
+
+  it('waits its longest back-off after an unknown token (4001), never retrying in a tight loop, and logs the code and reason', async () => {
+    const cp = new FakeControlPlane();
+    await cp.start();
+    cleanups.push(() => cp.kill());
+    cp.onHello = (ws) => ws.close(CLOSE.UNAUTHORIZED, 'unknown token');
+    const { lines } = await daemonFor(cp.url, newState(), { maxBackoffSeconds: 0.5, initialBackoffMs: 10 });
+    await sleep(1200);
+    // Attempts at 0, ~0.5 s and ~1 s: three. The ordinary back-off from 10 ms would have made seven or more by now.
+    expect(cp.connections.length).toBeGreaterThanOrEqual(2);
+    expect(cp.connections.length).toBeLessThanOrEqual(3);
+    expect(lines.find((l) => l['code'] === 4001)).toMatchObject({ level: 50, reason: 'unknown token', retryInSeconds: 0.5 });
+  });
+
+  it('reconnects to a control plane killed and restarted, and says hello with the digest it enforces', async () => {
+    const cp = new FakeControlPlane();
+    await cp.start();
+    const b = bundle(1, '4', [{ id: 'ssh', expression: 'tcp.dstport == 22' }]);
+    cp.current = b;
+    const { d, forwards } = await daemonFor(cp.url, newState());
+    await until('the ack', () => cp.messages('ack').length === 1);
+    const port = cp.port;
+    await cp.kill();
+    await until('the disconnection', () => !d.bundles.status!().connected);
+    expect(forwards(frame('192.0.2.1', 22))).toBe(false); // still enforcing, same version
+    expect(d.version.startsWith('4@')).toBe(true);
+
+    const again = new FakeControlPlane();
+    again.current = b;
+    await again.start(port);
+    cleanups.push(() => again.kill());
+    const hello = await until('a hello on the new control plane', () => again.messages('hello')[0]);
+    expect(hello).toMatchObject({ digest: b.digest, lists: [] });
+    await until('connected', () => d.bundles.status!().bundle === 'live' && d.bundles.status!().connected);
+    expect(again.messages('ack')).toEqual([]); // up to date: nothing to apply
+  });
+
+  it('notices a silent control plane within three heartbeats and reconnects; pings keep a quiet connection up', async () => {
+    const cp = new FakeControlPlane();
+    await cp.start();
+    cleanups.push(() => cp.kill());
+    await daemonFor(cp.url, newState(), { heartbeatSeconds: 0.1 });
+    await until('a second connection', () => cp.connections.length >= 2, 3000);
+    expect(cp.connections[0]!.ws.readyState).toBeGreaterThanOrEqual(2); // the first one was closed by the daemon
+
+    const pinging = new FakeControlPlane();
+    await pinging.start();
+    cleanups.push(() => pinging.kill());
+    const timer = setInterval(() => pinging.connections.forEach((c) => c.ws.ping()), 50);
+    cleanups.push(() => clearInterval(timer));
+    await daemonFor(pinging.url, newState(), { heartbeatSeconds: 0.1 });
+    await sleep(800);
+    expect(pinging.connections.length).toBe(1);
+    // Its status every interval: counters summed over the ports.
+    expect(pinging.messages('status').length).toBeGreaterThanOrEqual(3);
+    expect(pinging.messages('status')[0]).toEqual({ type: 'status', counters: { passed: 0, dropped: 0, undecodable: 0, swaps: 0 } });
+  });
+});
+
+describe('the daemon\'s token file', () => {
+  const config = (tokenFile: string, stateDir: string) =>
+    validateDaemonConfig({ mode: 'monitor', interfaces: ['ga'], controlPlane: { url: 'ws://127.0.0.1:9', tokenFile, stateDir }, metrics: { enabled: false } }, join(stateDir, '..', 'd.jsonc'));
+
+  it('is read at start: a missing one stops it with 5001 naming the key', () => {
+    const state = newState();
+    const missing = (() => {
+      try {
+        new ChannelBundleSource(config(join(state, '..', 'none.token'), state));
+      } catch (err) {
+        return err as { code: number; message: string };
+      }
+      return undefined;
+    })();
+    expect(missing).toMatchObject({ code: 5001, message: `controlPlane.tokenFile ${join(state, '..', 'none.token')}: cannot read: no such file` });
+  });
+
+  it('is used when only its owner can read it, and warned about when others can', async () => {
+    const state = newState();
+    const file = join(state, '..', 'gw1.token');
+    writeFileSync(file, 'moatd_from_file\n', { mode: 0o644 });
+    chmodSync(file, 0o644);
+    const cp = new FakeControlPlane();
+    await cp.start();
+    cleanups.push(() => cp.kill());
+    const c = validateDaemonConfig({ mode: 'monitor', interfaces: ['ga'], controlPlane: { url: cp.url, tokenFile: file, stateDir: state }, metrics: { enabled: false } }, join(state, '..', 'd.jsonc'));
+    const { log, lines } = logger();
+    const d = new Daemon(c, log, (iface) => new MemorySource(iface), new ChannelBundleSource(c, { moat: '9.9.9' }));
+    await d.start();
+    cleanups.push(() => d.stop());
+    expect(await until('a hello', () => cp.messages('hello')[0])).toMatchObject({ token: 'moatd_from_file' });
+    expect(lines.find((l) => l['file'] === file)).toMatchObject({ level: 40, mode: '0644', msg: `controlPlane.tokenFile ${file} can be read by other users: chmod 600 it (and chown it to the daemon's user)` });
+    // The state directory is the daemon's alone.
+    expect(statSync(state).mode & 0o777).toBe(0o700);
+  });
+});
