@@ -7,7 +7,8 @@
 // bundle at all (unless failOpen), backs off, resumes with its digest, and
 // notices a dead connection.
 import { createHash } from 'node:crypto';
-import { chmodSync, existsSync, mkdtempSync, readFileSync, statSync, writeFileSync } from 'node:fs';
+import { chmodSync, existsSync, mkdtempSync, readdirSync, readFileSync, statSync, writeFileSync } from 'node:fs';
+import { createServer } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { pino, type Logger } from 'pino';
@@ -103,7 +104,7 @@ function logger(): { log: Logger; lines: Array<Record<string, unknown>> } {
 }
 
 /** A daemon on two in-memory ports ("ga" in, "gb" out) fed by the control plane at `url`. */
-async function daemonFor(url: string, stateDir: string, extra: { failOpen?: boolean; mode?: 'inline' | 'monitor'; heartbeatSeconds?: number; maxBackoffSeconds?: number; initialBackoffMs?: number } = {}) {
+async function daemonFor(url: string, stateDir: string, extra: { failOpen?: boolean; mode?: 'inline' | 'monitor'; metricsPort?: number; heartbeatSeconds?: number; maxBackoffSeconds?: number; initialBackoffMs?: number } = {}) {
   const mode = extra.mode ?? 'inline';
   const config = validateDaemonConfig(
     {
@@ -111,7 +112,7 @@ async function daemonFor(url: string, stateDir: string, extra: { failOpen?: bool
       interfaces: mode === 'inline' ? ['ga', 'gb'] : ['ga'],
       controlPlane: { url, token: 'moatd_test_token', stateDir, maxBackoffSeconds: extra.maxBackoffSeconds ?? 30, ...(extra.heartbeatSeconds === undefined ? {} : { heartbeatSeconds: extra.heartbeatSeconds }) },
       failOpen: extra.failOpen ?? false,
-      metrics: { enabled: false },
+      metrics: extra.metricsPort === undefined ? { enabled: false } : { listen: `127.0.0.1:${extra.metricsPort}` },
     },
     join(stateDir, '..', 'daemon.jsonc'),
   );
@@ -134,6 +135,15 @@ async function daemonFor(url: string, stateDir: string, extra: { failOpen?: bool
     return (gb?.sentFrames.length ?? 0) > before;
   };
   return { d, source, lines, forwards, ga };
+}
+
+function freePort(): Promise<number> {
+  return new Promise((resolve) => {
+    const s = createServer().listen(0, '127.0.0.1', () => {
+      const { port } = s.address() as { port: number };
+      s.close(() => resolve(port));
+    });
+  });
 }
 
 const newState = () => join(mkdtempSync(join(tmpdir(), 'moat-channel-')), 'state');
@@ -199,6 +209,26 @@ describe('a daemon fed by its control plane', () => {
     expect(hello['lists']).toEqual([sha(entries.join('\n'))]);
   });
 
+  it('keeps the applied bundle and the one before it in its state directory, and the lists they name, no more', async () => {
+    const cp = new FakeControlPlane();
+    await cp.start();
+    cleanups.push(() => cp.kill());
+    const rule = [{ id: 'l', expression: 'ip.src in $blocked' }];
+    const bs = [1, 2, 3].map((n) => bundle(n, String(n), rule, { blocked: { entries: [`198.51.100.${n}`], send: true } }));
+    cp.current = bs[0];
+    const state = newState();
+    const { forwards } = await daemonFor(cp.url, state);
+    await until('the first ack', () => cp.messages('ack').length === 1);
+    cp.push(bs[1]!);
+    await until('the second ack', () => cp.messages('ack').length === 2);
+    cp.push(bs[2]!);
+    await until('the third ack', () => cp.messages('ack').length === 3);
+    expect(readdirSync(join(state, 'bundles')).sort()).toEqual([bs[1]!.digest, bs[2]!.digest].sort());
+    expect(readdirSync(join(state, 'lists')).sort()).toEqual([bs[1]!, bs[2]!].map((b) => `${b.lists['blocked']!.digest}.txt`).sort());
+    expect(JSON.parse(readFileSync(join(state, 'current.json'), 'utf8'))).toMatchObject({ digest: bs[2]!.digest, previous: bs[1]!.digest });
+    expect([forwards(frame('198.51.100.3', 80)), forwards(frame('198.51.100.2', 80))]).toEqual([false, true]);
+  });
+
   it('starts on its cached bundle while the control plane is down, without waiting for it, and says so', async () => {
     const cp = new FakeControlPlane();
     await cp.start();
@@ -212,7 +242,7 @@ describe('a daemon fed by its control plane', () => {
     await cp.kill();
 
     const t0 = Date.now();
-    const { d, forwards, lines } = await daemonFor(url, state);
+    const { d, forwards, lines } = await daemonFor(url, state, { metricsPort: await freePort() });
     expect(Date.now() - t0).toBeLessThan(2000);
     expect(forwards(frame('192.0.2.1', 22))).toBe(false);
     expect(forwards(frame('192.0.2.1', 80))).toBe(true);
@@ -221,6 +251,8 @@ describe('a daemon fed by its control plane', () => {
     const metrics = await daemonMetrics(d).metrics();
     expect(metrics).toMatch(/^moat_control_plane_connected 0$/m);
     expect(metrics).toMatch(/^moat_bundle_cached 1$/m);
+    const health = (await (await fetch(`http://127.0.0.1:${d.metricsAddress!.port}/health`)).json()) as Record<string, unknown>;
+    expect(health['controlPlane']).toMatchObject({ connected: false, bundle: 'cached', digest: b.digest, since: expect.stringMatching(/^\d{4}-\d\d-\d\dT/) as unknown });
   });
 
   it('with no cache and no control plane forwards nothing inline, until a first bundle arrives', async () => {
