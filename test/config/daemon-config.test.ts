@@ -157,3 +157,13 @@ describe('the daemon configuration with a control plane', () => {
     expect(error(() => validateDaemonConfig({ ...base, controlPlane: noState }, 'd.jsonc')).message).toMatch(/^d\.jsonc: controlPlane\.stateDir: /);
   });
 });
+
+describe('README "Connect a daemon"', () => {
+  it('shows a daemon configuration that validates, with its control plane and no rules', () => {
+    const readme = readFileSync(join(ROOT, 'README.md'), 'utf8');
+    const section = readme.slice(readme.indexOf('\n## Connect a daemon\n'), readme.indexOf('\n## The control channel protocol\n'));
+    const block = /```jsonc\n([\s\S]*?)```/.exec(section)![1]!.replace(/^ {3}/gm, '');
+    const c = validateDaemonConfig(JSON.parse(stripJsonComments(block)), '/etc/moat/daemon.jsonc');
+    expect([c.mode, c.rules, c.controlPlane]).toEqual(['inline', undefined, { url: 'ws://127.0.0.1:8080', tokenFile: '/etc/moat/gw1.token', stateDir: '/var/lib/moat-daemon', maxBackoffSeconds: 30 }]);
+  });
+});
