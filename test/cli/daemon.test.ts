@@ -118,3 +118,29 @@ describe('moat daemon --check', () => {
     expect(some.stderr.split('\n').map((l) => l.slice(0, 60))).toEqual([warnings[1]!.slice(0, 60)]);
   });
 });
+
+describe('moat daemon --check with a control plane', () => {
+  beforeAll(() => ensureBuilt(), 120_000);
+  const channel = (cp: Record<string, unknown>, extra: Record<string, unknown> = {}) => {
+    const f = join(dir, `cp${Math.random().toString(36).slice(2)}.jsonc`);
+    writeFileSync(f, JSON.stringify({ mode: 'monitor', interfaces: ['lo'], controlPlane: { url: 'ws://127.0.0.1:9', stateDir: join(dir, 'cp-state'), ...cp }, metrics: { enabled: false }, ...extra }));
+    return f;
+  };
+
+  it('checks the token file and the state directory, and says that nothing is cached yet', async () => {
+    writeFileSync(join(dir, 'gw1.token'), 'moatd_check\n', { mode: 0o600 });
+    const r = await moat('daemon', '--config', channel({ tokenFile: join(dir, 'gw1.token') }), '--check');
+    expect([r.code, r.stderr, r.stdout]).toEqual([0, '', 'OK: monitor on lo; control plane ws://127.0.0.1:9, no cached bundle yet; 0 rules, fields: (none)']);
+  });
+
+  it('fails with 5001 naming a token file that cannot be read', async () => {
+    const r = await moat('daemon', '--config', channel({ tokenFile: join(dir, 'missing.token') }), '--check');
+    expect([r.code, r.stderr]).toEqual([1, `moat: error 5001: controlPlane.tokenFile ${join(dir, 'missing.token')}: cannot read: no such file`]);
+  });
+
+  it('fails with 5002 naming both keys when rules are given beside controlPlane', async () => {
+    const f = channel({ token: 'moatd_x' }, { rules: { account: 'rules.json' } });
+    const r = await moat('daemon', '--config', f, '--check');
+    expect([r.code, r.stderr]).toEqual([1, `moat: error 5002: ${f}: controlPlane and rules: give one or the other: with controlPlane, rules and lists come from the control plane`]);
+  });
+});
