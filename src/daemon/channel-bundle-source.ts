@@ -344,7 +344,8 @@ export class ChannelBundleSource implements BundleSource {
     if (type === 'bundle') {
       const b = bundleSchema.safeParse(msg);
       if (!b.success) return this.protocolError(ws, `bundle: ${issue(b.error)}`);
-      void this.onBundle(ws, b.data as Bundle);
+      // onBundle handles its own failures; this is for a bug, which must not end the daemon.
+      this.onBundle(ws, b.data as Bundle).catch((err: unknown) => this.log?.error({ err }, 'handling a bundle failed; the running one stays'));
       return;
     }
     this.log!.warn({ type }, 'ignoring a message of a type this daemon does not know');

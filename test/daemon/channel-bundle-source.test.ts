@@ -291,6 +291,32 @@ describe('a daemon fed by its control plane', () => {
     expect(lines.find((l) => l['code'] === 4001)).toMatchObject({ level: 50, reason: 'unknown token', retryInSeconds: 0.5 });
   });
 
+  it('backs off from its first delay, doubling up to the cap, each wait jittered between half and all of it', async () => {
+    const cp = new FakeControlPlane();
+    await cp.start();
+    cleanups.push(() => cp.kill());
+    const at: number[] = [];
+    cp.onHello = (ws) => {
+      at.push(Date.now());
+      ws.close(CLOSE.GOING_AWAY, 'restarting');
+    };
+    const state = newState();
+    const config = validateDaemonConfig({ mode: 'monitor', interfaces: ['ga'], controlPlane: { url: cp.url, token: 't', stateDir: state, maxBackoffSeconds: 0.4 }, metrics: { enabled: false } }, join(state, '..', 'd.jsonc'));
+    // The jitter's random numbers: all of the delay, then half of it.
+    const randoms = [1, 1, 1, 0, 0];
+    const d = new Daemon(config, pino({ level: 'silent' }), (iface) => new MemorySource(iface), new ChannelBundleSource(config, { initialBackoffMs: 100, random: () => randoms.shift() ?? 1 }));
+    await d.start();
+    cleanups.push(() => d.stop());
+    await until('six attempts', () => at.length >= 6, 5000);
+    const gaps = at.slice(1).map((t, i) => t - at[i]!);
+    // 100, 200, 400 (the cap), then half of the cap twice.
+    const expected = [100, 200, 400, 200, 200];
+    gaps.forEach((g, i) => {
+      expect(g).toBeGreaterThanOrEqual(expected[i]! - 5);
+      expect(g).toBeLessThan(expected[i]! + 80);
+    });
+  });
+
   it('reconnects to a control plane killed and restarted, and says hello with the digest it enforces', async () => {
     const cp = new FakeControlPlane();
     await cp.start();
