@@ -1,9 +1,14 @@
 // The daemon's state directory for the control channel: the bundles it was
 // sent and the lists they name, as the files a load reads, and the pointer to
 // the last applied one (its "last known good", enforced when the daemon starts
-// without its control plane). Every file is written atomically (temporary
+// without its control plane). Files are written to a temporary name and
+// renamed; before the pointer names a bundle, its files and folders are
+// fsynced (persist), and the pointer itself is written the same way (temporary
 // file, fsync, rename, fsync of the folder): a crash or a power cut leaves the
-// previous file or the new one, never half of one.
+// previous pointer or the new one, each naming files that are whole. Files no
+// pointer names may not be (a crash between writing and persisting): start()
+// prunes them. Everything is asynchronous: an fsync takes ~10 ms on a
+// virtual disk, which the packet loop must not wait for.
 //
 //   stateDir/current.json                    { digest, previous, appliedAt }: the applied bundle
 //   stateDir/bundles/<digest>/bundle.json    what the bundle is (versions, list digests by name, ruleset files)
@@ -11,7 +16,8 @@
 //   stateDir/lists/<digest>.txt              a list's entries, one a line: the file's SHA-256 is its digest
 
 import { createHash } from 'node:crypto';
-import { chmodSync, closeSync, fsyncSync, lstatSync, mkdirSync, openSync, readdirSync, readFileSync, renameSync, rmSync, statSync, unlinkSync, writeSync } from 'node:fs';
+import { chmodSync, lstatSync, mkdirSync, readdirSync, readFileSync, rmSync, statSync, unlinkSync } from 'node:fs';
+import { open, rename, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import type { Bundle } from '../channel/index.js';
 import { MoatError } from '../errors/index.js';
@@ -36,29 +42,31 @@ export function listDigest(entries: readonly string[]): string {
   return createHash('sha256').update(entries.join('\n'), 'utf8').digest('hex');
 }
 
-/** Writes `data` to `file` atomically and durably: temporary file, fsync, rename, fsync of the folder. */
-export function writeFileAtomic(file: string, data: string | Uint8Array, mode = 0o600): void {
+/** Writes `data` to `file` through a temporary file and a rename (a reader sees the old file or the new, whole); durable only with `sync`. */
+export async function writeFileAtomic(file: string, data: string | Uint8Array, sync: boolean): Promise<void> {
   const tmp = `${file}.tmp-${process.pid}`;
-  const fd = openSync(tmp, 'w', mode);
-  try {
-    const bytes = typeof data === 'string' ? Buffer.from(data, 'utf8') : data;
-    let off = 0;
-    while (off < bytes.length) off += writeSync(fd, bytes, off, bytes.length - off);
-    fsyncSync(fd);
-  } finally {
-    closeSync(fd);
+  if (sync) {
+    const fh = await open(tmp, 'w', 0o600);
+    try {
+      await fh.writeFile(data);
+      await fh.sync();
+    } finally {
+      await fh.close();
+    }
+  } else {
+    await writeFile(tmp, data, { mode: 0o600 });
   }
-  renameSync(tmp, file);
-  fsyncDir(join(file, '..'));
+  await rename(tmp, file);
+  if (sync) await fsyncPath(join(file, '..'));
 }
 
-// The rename is durable only once the folder's entry is on disk.
-function fsyncDir(dir: string): void {
-  const fd = openSync(dir, 'r');
+// fsync of a file's data, or of a folder's entries (a rename is durable only once its folder's are).
+async function fsyncPath(path: string): Promise<void> {
+  const fh = await open(path, 'r');
   try {
-    fsyncSync(fd);
+    await fh.sync();
   } finally {
-    closeSync(fd);
+    await fh.close();
   }
 }
 
@@ -112,27 +120,25 @@ export class BundleCache {
     }
   }
 
-  /** Writes a list's entries (one a line, so that the file's SHA-256 is the digest). */
-  writeList(digest: string, entries: readonly string[]): void {
+  /** Writes a list's entries (one a line, so that the file's SHA-256 is the digest); see persist(). */
+  async writeList(digest: string, entries: readonly string[]): Promise<void> {
     if (this.hasList(digest)) return; // content-addressed: the same digest is the same file
-    writeFileAtomic(this.listFile(digest), entries.join('\n'));
+    await writeFileAtomic(this.listFile(digest), entries.join('\n'), false);
   }
 
   /**
    * Writes a bundle's rulesets and description into its folder (its lists must
-   * be written already). Not current until makeCurrent().
+   * be written already), ready to load; durable after persist(), current after makeCurrent().
    */
-  writeBundle(b: Bundle): CachedBundle {
+  async writeBundle(b: Bundle): Promise<CachedBundle> {
     const dir = this.bundleDir(b.digest);
     mkdirSync(dir, { recursive: true, mode: 0o700 });
     const version = (r: Record<string, unknown> | null): string | null => (r !== null && typeof r['version'] === 'string' ? r['version'] : null);
     // A bundle without an account entrypoint runs no account rules: an empty ruleset stands for it (a load needs one first).
-    writeFileAtomic(join(dir, 'account.json'), JSON.stringify(b.account ?? { rules: [] }));
-    if (b.zone !== null) writeFileAtomic(join(dir, 'zone.json'), JSON.stringify(b.zone));
-    const managed = b.managed.map((m, i) => {
-      writeFileAtomic(join(dir, `managed-${i}.json`), JSON.stringify(m));
-      return `managed-${i}.json`;
-    });
+    await writeFileAtomic(join(dir, 'account.json'), JSON.stringify(b.account ?? { rules: [] }), false);
+    if (b.zone !== null) await writeFileAtomic(join(dir, 'zone.json'), JSON.stringify(b.zone), false);
+    const managed = b.managed.map((_m, i) => `managed-${i}.json`);
+    for (let i = 0; i < b.managed.length; i++) await writeFileAtomic(join(dir, managed[i]!), JSON.stringify(b.managed[i]), false);
     const cached: CachedBundle = {
       digest: b.digest,
       versions: { account: version(b.account), zone: version(b.zone) },
@@ -142,8 +148,16 @@ export class BundleCache {
       managed,
     };
     // Last: a folder without its bundle.json is not a bundle (a crash in the middle left it half-written).
-    writeFileAtomic(join(dir, 'bundle.json'), JSON.stringify(cached));
+    await writeFileAtomic(join(dir, 'bundle.json'), JSON.stringify(cached), false);
     return cached;
+  }
+
+  /** Makes a written bundle durable: its files, its lists and their folders fsynced (at once: the disk groups them). */
+  async persist(b: CachedBundle): Promise<void> {
+    const dir = this.bundleDir(b.digest);
+    const files = [b.account, ...(b.zone === null ? [] : [b.zone]), ...b.managed, 'bundle.json'].map((f) => join(dir, f));
+    const lists = [...new Set(Object.values(b.lists))].map((d) => this.listFile(d));
+    await Promise.all([...files, ...lists, dir, join(this.dir, 'bundles'), join(this.dir, 'lists')].map(fsyncPath));
   }
 
   /** A bundle of the cache by digest, or undefined when it is not (wholly) there. */
@@ -173,11 +187,11 @@ export class BundleCache {
     return p === undefined ? undefined : this.bundle(p.digest);
   }
 
-  /** Makes `digest` the applied bundle (the one before it is kept as `previous`): one atomic rename. */
-  makeCurrent(digest: string): void {
+  /** Makes `digest` (persisted) the applied bundle, the one before it kept as `previous`: one durable atomic rename. */
+  async makeCurrent(digest: string): Promise<void> {
     const before = this.pointer();
     const previous = before === undefined ? null : before.digest === digest ? before.previous : before.digest;
-    writeFileAtomic(join(this.dir, 'current.json'), JSON.stringify({ digest, previous, appliedAt: new Date().toISOString() }));
+    await writeFileAtomic(join(this.dir, 'current.json'), JSON.stringify({ digest, previous, appliedAt: new Date().toISOString() }), true);
   }
 
   /**
@@ -186,8 +200,7 @@ export class BundleCache {
    */
   prune(also: readonly string[] = []): void {
     const p = this.pointer();
-    if (p === undefined) return;
-    const keep = [p.digest, ...(p.previous === null ? [] : [p.previous]), ...also];
+    const keep = [...(p === undefined ? [] : [p.digest, ...(p.previous === null ? [] : [p.previous])]), ...also];
     const lists = new Set<string>();
     for (const d of keep) for (const l of Object.values(this.bundle(d)?.lists ?? {})) lists.add(l);
     for (const name of readdirSync(join(this.dir, 'bundles'))) {
@@ -197,5 +210,6 @@ export class BundleCache {
       const d = name.replace(/\.txt$/, '');
       if (!lists.has(d)) unlinkSync(join(this.dir, 'lists', name));
     }
+    for (const name of readdirSync(this.dir)) if (name.includes('.tmp-')) rmSync(join(this.dir, name), { force: true });
   }
 }

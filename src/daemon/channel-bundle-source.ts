@@ -131,10 +131,12 @@ export class ChannelBundleSource implements BundleSource {
    */
   async load(loader: BundleLoading): Promise<LoadedBundle> {
     const target = this.pending?.bundle ?? this.current;
-    if (target === undefined) return loader.load(this.noBundleFiles());
+    if (target === undefined) return loader.load(await this.noBundleFiles());
     try {
       const loaded = await loader.load(this.filesOf(target));
       this.loadedFrom.set(loaded.digest, target);
+      // A few are enough: an outcome is read right after its load (two when reloads coalesced).
+      if (this.loadedFrom.size > 8) this.loadedFrom.delete(this.loadedFrom.keys().next().value!);
       return loaded;
     } catch (err) {
       if (this.pending !== undefined || this.origin !== 'cached') throw err;
@@ -142,7 +144,7 @@ export class ChannelBundleSource implements BundleSource {
       this.startNotes.push({ level: 'error', obj: { digest: target.digest, err: err instanceof MoatError ? { code: err.code, message: err.message } : err }, msg: 'the cached bundle does not load; waiting for the control plane' });
       this.current = undefined;
       this.origin = 'none';
-      return loader.load(this.noBundleFiles());
+      return loader.load(await this.noBundleFiles());
     }
   }
 
@@ -164,9 +166,9 @@ export class ChannelBundleSource implements BundleSource {
   }
 
   // Before any bundle: no rules (the daemon does not judge with it: it holds or passes traffic, see Daemon).
-  private noBundleFiles(): BundleFiles {
+  private async noBundleFiles(): Promise<BundleFiles> {
     const file = `${this.cache.dir}/no-bundle.json`;
-    writeFileAtomic(file, JSON.stringify({ rules: [] }));
+    await writeFileAtomic(file, JSON.stringify({ rules: [] }), false);
     return { rules: [file] };
   }
 
@@ -183,6 +185,12 @@ export class ChannelBundleSource implements BundleSource {
     this.host = host;
     this.stopped = false;
     for (const n of this.startNotes.splice(0)) log[n.level](n.obj, n.msg);
+    // What no pointer names may be half-written (a crash before it was persisted): not to be trusted as held.
+    try {
+      this.cache.prune();
+    } catch (err) {
+      log.warn({ err, stateDir: this.cache.dir }, 'cannot tidy the state directory');
+    }
     const p = this.cache.pointer();
     if (this.current !== undefined) {
       log.info({ digest: this.current.digest, versions: this.current.versions, appliedAt: p?.appliedAt, stateDir: this.cache.dir }, 'enforcing the cached bundle until the control plane answers');
@@ -365,8 +373,9 @@ export class ChannelBundleSource implements BundleSource {
     }
     let cached: CachedBundle;
     try {
-      for (const l of Object.values(b.lists)) if (l.entries !== undefined) this.cache.writeList(l.digest, l.entries);
-      cached = this.cache.writeBundle(b);
+      // Not yet durable: the swap need not wait for the disk (the ack does, see below).
+      for (const l of Object.values(b.lists)) if (l.entries !== undefined) await this.cache.writeList(l.digest, l.entries);
+      cached = await this.cache.writeBundle(b);
     } catch (err) {
       // Nothing was applied, and nothing can be until the state directory is writable again.
       log.error({ err, stateDir: this.cache.dir }, 'cannot write the bundle to the state directory; rejected, the running one stays');
@@ -380,10 +389,10 @@ export class ChannelBundleSource implements BundleSource {
     if (this.pending === pending) this.pending = undefined;
     if (outcome.applied) {
       const applied = this.loadedFrom.get(outcome.digest) ?? cached;
-      this.loadedFrom.clear();
       try {
         // Durable before the ack: an acknowledged bundle is the one a restart enforces.
-        this.cache.makeCurrent(applied.digest);
+        await this.cache.persist(applied);
+        await this.cache.makeCurrent(applied.digest);
         this.cache.prune(this.pending === undefined ? [] : [this.pending.bundle.digest]);
       } catch (err) {
         log.error({ err, stateDir: this.cache.dir }, 'cannot record the applied bundle in the state directory; a restart without the control plane would enforce the one before');

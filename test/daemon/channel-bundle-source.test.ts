@@ -7,7 +7,7 @@
 // bundle at all (unless failOpen), backs off, resumes with its digest, and
 // notices a dead connection.
 import { createHash } from 'node:crypto';
-import { chmodSync, existsSync, mkdtempSync, readdirSync, readFileSync, statSync, writeFileSync } from 'node:fs';
+import { chmodSync, existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, statSync, writeFileSync } from 'node:fs';
 import { createServer } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -253,6 +253,27 @@ describe('a daemon fed by its control plane', () => {
     expect(metrics).toMatch(/^moat_bundle_cached 1$/m);
     const health = (await (await fetch(`http://127.0.0.1:${d.metricsAddress!.port}/health`)).json()) as Record<string, unknown>;
     expect(health['controlPlane']).toMatchObject({ connected: false, bundle: 'cached', digest: b.digest, since: expect.stringMatching(/^\d{4}-\d\d-\d\dT/) as unknown });
+  });
+
+  it('does not trust files no pointer names (a crash before they were persisted): they are removed at start, not claimed in the hello', async () => {
+    const cp = new FakeControlPlane();
+    await cp.start();
+    cleanups.push(() => cp.kill());
+    const entries = ['198.51.100.0/24'];
+    const b = bundle(1, '1', [{ id: 'l', expression: 'ip.src in $blocked' }], { blocked: { entries, send: true } });
+    cp.current = b;
+    const state = newState();
+    const first = await daemonFor(cp.url, state);
+    await until('the ack', () => cp.messages('ack').length === 1);
+    await first.d.stop();
+    // Left by a crash: a list file cut short, and a bundle folder without its bundle.json.
+    const torn = sha('192.0.2.0/24\n192.0.2.');
+    writeFileSync(join(state, 'lists', `${torn}.txt`), '192.0.2.0/24\n192.0.2.');
+    mkdirSync(join(state, 'bundles', sha('torn')));
+    await daemonFor(cp.url, state);
+    const hello = await until('the second hello', () => cp.messages('hello')[1]);
+    expect(hello).toMatchObject({ digest: b.digest, lists: [sha(entries.join('\n'))] });
+    expect([readdirSync(join(state, 'lists')), readdirSync(join(state, 'bundles'))]).toEqual([[`${sha(entries.join('\n'))}.txt`], [b.digest]]);
   });
 
   it('with no cache and no control plane forwards nothing inline, until a first bundle arrives', async () => {
