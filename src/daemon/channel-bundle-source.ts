@@ -6,7 +6,7 @@
 // it starts on the cached bundle (or none), and losing the control plane
 // changes nothing it enforces. Reconnection backs off (jittered, capped).
 
-import { lstatSync } from 'node:fs';
+import { statSync } from 'node:fs';
 import type { Logger } from 'pino';
 import { WebSocket, type RawData } from 'ws';
 import { z } from 'zod';
@@ -81,7 +81,7 @@ export class ChannelBundleSource implements BundleSource {
   /** Failed attempts since the last welcome: the back-off's exponent. */
   private attempt = 0;
   private retryTimer: NodeJS.Timeout | undefined;
-  private heartbeatTimer: NodeJS.Timeout | undefined;
+  private readonly heartbeatTimers: NodeJS.Timeout[] = [];
   private lastHeard = 0;
   private stopped = false;
   private readonly initialBackoffMs: number;
@@ -112,7 +112,7 @@ export class ChannelBundleSource implements BundleSource {
     const file = this.cp.tokenFile!;
     const text = readSecret(file, 'controlPlane.tokenFile', 'token file').toString('utf8').trim();
     if (text === '' || /\s/.test(text)) throw new MoatError('CONFIG_INVALID', `controlPlane.tokenFile ${file}: expected one token (as \`moat daemons create\` wrote it), ${text === '' ? 'the file is empty' : 'found several words'}`, { pointer: '/controlPlane/tokenFile' });
-    const mode = lstatSync(file).mode;
+    const mode = statSync(file).mode;
     if ((mode & 0o077) !== 0 && !this.startNotes.some((n) => n.msg.includes(file))) {
       this.startNotes.push({ level: 'warn', obj: { file, mode: `0${(mode & 0o777).toString(8)}` }, msg: `controlPlane.tokenFile ${file} can be read by other users: chmod 600 it (and chown it to the daemon's user)` });
     }
@@ -293,28 +293,31 @@ export class ChannelBundleSource implements BundleSource {
     }, ms);
   }
 
-  // Status every interval; three intervals of silence (no message, ping or pong) and the connection is dead.
+  // Status every interval; three intervals of silence (no message, ping or
+  // pong) and the connection is dead. Silence is checked ten times an interval
+  // (at most every second), so a dead connection is closed at three intervals, not four.
   private startHeartbeat(ws: WebSocket, seconds: number, withStatus: boolean): void {
     this.stopHeartbeat();
     const ms = seconds * 1000;
-    this.heartbeatTimer = setInterval(() => {
-      if (ws !== this.ws) return;
-      if (Date.now() - this.lastHeard > 3 * ms) {
-        this.log!.warn({ silentSeconds: Math.round((Date.now() - this.lastHeard) / 1000) }, 'nothing heard from the control plane for three heartbeat intervals; reconnecting');
-        ws.terminate(); // a dead peer would never finish a close handshake
-        return;
-      }
-      if (withStatus && this.host !== undefined && ws.readyState === WebSocket.OPEN) {
-        const status: Status = { type: 'status', counters: this.host.counters() };
-        ws.send(JSON.stringify(status));
-      }
+    const watch = setInterval(() => {
+      if (ws !== this.ws || Date.now() - this.lastHeard <= 3 * ms) return;
+      this.log!.warn({ silentSeconds: Math.round((Date.now() - this.lastHeard) / 1000) }, 'nothing heard from the control plane for three heartbeat intervals; reconnecting');
+      ws.terminate(); // a dead peer would never finish a close handshake
+    }, Math.min(1000, ms / 10));
+    watch.unref();
+    this.heartbeatTimers.push(watch);
+    if (!withStatus) return;
+    const status = setInterval(() => {
+      if (ws !== this.ws || this.host === undefined || ws.readyState !== WebSocket.OPEN) return;
+      const message: Status = { type: 'status', counters: this.host.counters() };
+      ws.send(JSON.stringify(message));
     }, ms);
-    this.heartbeatTimer.unref();
+    status.unref();
+    this.heartbeatTimers.push(status);
   }
 
   private stopHeartbeat(): void {
-    if (this.heartbeatTimer !== undefined) clearInterval(this.heartbeatTimer);
-    this.heartbeatTimer = undefined;
+    for (const t of this.heartbeatTimers.splice(0)) clearInterval(t);
   }
 
   private protocolError(ws: WebSocket, why: string): void {

@@ -365,9 +365,20 @@ describe('a daemon fed by its control plane', () => {
     const cp = new FakeControlPlane();
     await cp.start();
     cleanups.push(() => cp.kill());
+    let welcomed = 0;
+    let closedAfter = 0;
+    const answer = cp.onHello;
+    cp.onHello = (ws, hello) => {
+      answer(ws, hello);
+      if (welcomed !== 0) return;
+      welcomed = Date.now();
+      ws.once('close', () => (closedAfter = Date.now() - welcomed));
+    };
     await daemonFor(cp.url, newState(), { heartbeatSeconds: 0.1 });
     await until('a second connection', () => cp.connections.length >= 2, 3000);
-    expect(cp.connections[0]!.ws.readyState).toBeGreaterThanOrEqual(2); // the first one was closed by the daemon
+    // Closed by the daemon after three silent intervals (0.3 s), not four.
+    expect(closedAfter).toBeGreaterThanOrEqual(290);
+    expect(closedAfter).toBeLessThan(390);
 
     const pinging = new FakeControlPlane();
     await pinging.start();
