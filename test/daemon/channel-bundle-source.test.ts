@@ -8,6 +8,7 @@
 // notices a dead connection.
 import { createHash } from 'node:crypto';
 import { chmodSync, existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, statSync, writeFileSync } from 'node:fs';
+import { createServer as createHttpsServer } from 'node:https';
 import { createServer } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -17,6 +18,7 @@ import { WebSocketServer, type WebSocket } from 'ws';
 import { CHANNEL_PATH, CLOSE, type Bundle } from '../../src/channel/index.js';
 import { validateDaemonConfig } from '../../src/config/index.js';
 import { ChannelBundleSource, Daemon, daemonMetrics } from '../../src/daemon/index.js';
+import { ROOT } from '../support/cli.js';
 import { MemorySource } from '../support/memory-source.js';
 import { buildFrame, TCP } from '../support/packet-builder.js';
 
@@ -293,6 +295,13 @@ describe('a daemon fed by its control plane', () => {
     expect([forwards(frame('192.0.2.1', 80)), forwards(frame('192.0.2.1', 22)), d.awaitingBundle]).toEqual([true, false, false]);
   });
 
+  it('in monitor mode with no bundle judges nothing until one arrives, and says so', async () => {
+    const { d, ga, lines } = await daemonFor('ws://127.0.0.1:9', newState(), { mode: 'monitor' });
+    ga.deliver(frame('192.0.2.1', 22));
+    expect([d.unjudged, d.ports[0]!.counters.packets]).toEqual([1, 0]);
+    expect(lines.find((l) => String(l['msg']).startsWith('no bundle yet'))?.['msg']).toBe('no bundle yet (none cached): judging nothing until the control plane sends one');
+  });
+
   it('with failOpen passes everything unjudged until a first bundle, and says so', async () => {
     const { d, forwards, lines } = await daemonFor('ws://127.0.0.1:9', newState(), { failOpen: true });
     expect([forwards(frame('192.0.2.1', 22)), d.unjudged]).toEqual([true, 1]);
@@ -391,6 +400,39 @@ describe('a daemon fed by its control plane', () => {
     // Its status every interval: counters summed over the ports.
     expect(pinging.messages('status').length).toBeGreaterThanOrEqual(3);
     expect(pinging.messages('status')[0]).toEqual({ type: 'status', counters: { passed: 0, dropped: 0, undecodable: 0, swaps: 0 } });
+  });
+});
+
+describe('the channel over TLS (wss://)', () => {
+  const TLS = join(ROOT, 'native-fixtures/tls');
+
+  it('connects to a control plane whose certificate a private CA signed, given that CA, and refuses it without', async () => {
+    const server = createHttpsServer({ cert: readFileSync(join(TLS, 'server.pem')), key: readFileSync(join(TLS, 'server.key')) });
+    const wss = new WebSocketServer({ server, path: CHANNEL_PATH });
+    const hellos: Array<Record<string, unknown>> = [];
+    wss.on('connection', (ws) => ws.on('message', (d) => hellos.push(JSON.parse(d.toString()) as Record<string, unknown>)));
+    await new Promise<void>((r) => server.listen(0, '127.0.0.1', () => r()));
+    cleanups.push(() => new Promise<void>((r) => {
+      for (const c of wss.clients) c.terminate();
+      wss.close();
+      server.close(() => r());
+    }));
+    const url = `wss://127.0.0.1:${(server.address() as { port: number }).port}`;
+    const start = async (ca: string | undefined) => {
+      const state = newState();
+      const config = validateDaemonConfig({ mode: 'monitor', interfaces: ['ga'], controlPlane: { url, token: 'moatd_tls', stateDir: state, ...(ca === undefined ? {} : { ca }) }, metrics: { enabled: false } }, join(state, '..', 'd.jsonc'));
+      const { log, lines } = logger();
+      const d = new Daemon(config, log, (iface) => new MemorySource(iface), new ChannelBundleSource(config));
+      await d.start();
+      cleanups.push(() => d.stop());
+      return lines;
+    };
+    const refused = await start(undefined);
+    const why = await until('a TLS failure logged', () => refused.find((l) => l['msg'] === 'control plane unreachable; no bundle yet'));
+    expect((why['err'] as { code: string }).code).toBe('UNABLE_TO_VERIFY_LEAF_SIGNATURE');
+    expect(hellos).toEqual([]);
+    await start(join(TLS, 'ca.pem'));
+    expect(await until('a hello over TLS', () => hellos[0])).toMatchObject({ type: 'hello', token: 'moatd_tls' });
   });
 });
 
