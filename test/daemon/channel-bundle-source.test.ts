@@ -302,6 +302,24 @@ describe('a daemon fed by its control plane', () => {
     expect(lines.find((l) => String(l['msg']).startsWith('no bundle yet'))?.['msg']).toBe('no bundle yet (none cached): judging nothing until the control plane sends one');
   });
 
+  it('on SIGHUP reloads the bundle in force, and with none yet keeps holding traffic', async () => {
+    const held = await daemonFor('ws://127.0.0.1:9', newState());
+    process.emit('SIGHUP', 'SIGHUP');
+    await sleep(100);
+    expect([held.d.swaps, held.d.awaitingBundle, held.forwards(frame('192.0.2.1', 80))]).toEqual([0, true, false]);
+    await held.d.stop();
+
+    const cp = new FakeControlPlane();
+    await cp.start();
+    cleanups.push(() => cp.kill());
+    cp.current = bundle(1, '5', [{ id: 'ssh', expression: 'tcp.dstport == 22' }]);
+    const { d, forwards } = await daemonFor(cp.url, newState());
+    await until('the ack', () => cp.messages('ack').length === 1);
+    process.emit('SIGHUP', 'SIGHUP');
+    await until('a second swap', () => d.swaps === 2);
+    expect([d.version.startsWith('5@'), forwards(frame('192.0.2.1', 22)), cp.messages('ack').length]).toEqual([true, false, 1]);
+  });
+
   it('with failOpen passes everything unjudged until a first bundle, and says so', async () => {
     const { d, forwards, lines } = await daemonFor('ws://127.0.0.1:9', newState(), { failOpen: true });
     expect([forwards(frame('192.0.2.1', 22)), d.unjudged]).toEqual([true, 1]);
