@@ -326,17 +326,22 @@ describe('a daemon fed by its control plane', () => {
     expect(lines.find((l) => String(l['msg']).startsWith('no bundle yet'))).toMatchObject({ level: 40, msg: 'no bundle yet (none cached): forwarding everything unjudged (failOpen) until the control plane sends one' });
   });
 
-  it('waits its longest back-off after an unknown token (4001), never retrying in a tight loop, and logs the code and reason', async () => {
+  it.each([
+    [CLOSE.UNAUTHORIZED, 'unknown token'],
+    [CLOSE.REVOKED, 'token revoked'],
+    [CLOSE.UNSUPPORTED_PROTOCOL, 'protocol versions spoken: 2'],
+  ])('waits its longest back-off after a close %i, never retrying in a tight loop, and logs the code and reason', async (code, reason) => {
     const cp = new FakeControlPlane();
     await cp.start();
     cleanups.push(() => cp.kill());
-    cp.onHello = (ws) => ws.close(CLOSE.UNAUTHORIZED, 'unknown token');
-    const { lines } = await daemonFor(cp.url, newState(), { maxBackoffSeconds: 0.5, initialBackoffMs: 10 });
+    cp.onHello = (ws) => ws.close(code, reason);
+    const { lines, d } = await daemonFor(cp.url, newState(), { maxBackoffSeconds: 0.5, initialBackoffMs: 10 });
     await sleep(1200);
     // Attempts at 0, ~0.5 s and ~1 s: three. The ordinary back-off from 10 ms would have made seven or more by now.
     expect(cp.connections.length).toBeGreaterThanOrEqual(2);
     expect(cp.connections.length).toBeLessThanOrEqual(3);
-    expect(lines.find((l) => l['code'] === 4001)).toMatchObject({ level: 50, reason: 'unknown token', retryInSeconds: 0.5 });
+    expect(lines.find((l) => l['code'] === code)).toMatchObject({ level: 50, reason, retryInSeconds: 0.5 });
+    expect(d.bundles.status!().lastClose).toEqual({ code, reason });
   });
 
   it('backs off from its first delay, doubling up to the cap, each wait jittered between half and all of it', async () => {
