@@ -9,7 +9,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { validateDaemonConfig } from '../../src/config/index.js';
-import { effectiveCapabilities, preflight } from '../../src/daemon/index.js';
+import { BundleCache, effectiveCapabilities, preflight } from '../../src/daemon/index.js';
 import { BIN, ensureBuilt, moat, ROOT } from '../support/cli.js';
 import { createNamespace, destroyAll, exec, ip, requireRoot } from '../support/netns.js';
 
@@ -131,6 +131,18 @@ describe('moat daemon --check with a control plane', () => {
     writeFileSync(join(dir, 'gw1.token'), 'moatd_check\n', { mode: 0o600 });
     const r = await moat('daemon', '--config', channel({ tokenFile: join(dir, 'gw1.token') }), '--check');
     expect([r.code, r.stderr, r.stdout]).toEqual([0, '', 'OK: monitor on lo; control plane ws://127.0.0.1:9, no cached bundle yet; 0 rules, fields: (none)']);
+  });
+
+  it('compiles the cached bundle and names it', async () => {
+    const state = join(dir, 'cached-state');
+    const cache = new BundleCache(state);
+    cache.open();
+    const digest = 'c'.repeat(64);
+    const b = await cache.writeBundle({ type: 'bundle', seq: 1, digest, account: { version: '3', rules: [{ action: 'block', expression: 'tcp.dstport == 22' }, { action: 'block', expression: 'udp.dstport == 53' }] }, zone: null, managed: [], lists: {} });
+    await cache.persist(b);
+    await cache.makeCurrent(digest);
+    const r = await moat('daemon', '--config', channel({ token: 'moatd_x', stateDir: state }), '--check');
+    expect([r.code, r.stderr, r.stdout]).toEqual([0, '', `OK: monitor on lo; control plane ws://127.0.0.1:9, cached bundle ${digest}: 2 rules, fields: tcp.dstport udp.dstport`]);
   });
 
   it('fails with 5001 naming a token file that cannot be read', async () => {
