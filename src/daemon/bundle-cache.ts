@@ -37,9 +37,14 @@ export interface CachedBundle {
   readonly managed: readonly string[];
 }
 
-/** The digest of a list's entries, as the protocol defines it: SHA-256 of the entries joined with "\n" (UTF-8). */
-export function listDigest(entries: readonly string[]): string {
-  return createHash('sha256').update(entries.join('\n'), 'utf8').digest('hex');
+/** A list's entries as its file holds them: one a line, joined with "\n" (no final newline), so that the file's SHA-256 is the list's digest. */
+export function listText(entries: readonly string[]): string {
+  return entries.join('\n');
+}
+
+/** The digest of a list's text (listText), as the protocol defines it: SHA-256 of the entries joined with "\n" (UTF-8). */
+export function listDigest(text: string): string {
+  return createHash('sha256').update(text, 'utf8').digest('hex');
 }
 
 /** Writes `data` to `file` through a temporary file and a rename (a reader sees the old file or the new, whole); durable only with `sync`. */
@@ -120,10 +125,10 @@ export class BundleCache {
     }
   }
 
-  /** Writes a list's entries (one a line, so that the file's SHA-256 is the digest); see persist(). */
-  async writeList(digest: string, entries: readonly string[]): Promise<void> {
+  /** Writes a list's text (listText) under its digest; see persist(). */
+  async writeList(digest: string, text: string): Promise<void> {
     if (this.hasList(digest)) return; // content-addressed: the same digest is the same file
-    await writeFileAtomic(this.listFile(digest), entries.join('\n'), false);
+    await writeFileAtomic(this.listFile(digest), text, false);
   }
 
   /**

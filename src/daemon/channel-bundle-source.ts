@@ -14,7 +14,7 @@ import { CHANNEL_PATH, CLOSE, HEARTBEAT_SECONDS, PROTOCOL_VERSION, SUBPROTOCOL, 
 import type { DaemonConfig } from '../config/index.js';
 import type { BundleFiles, LoadedBundle } from '../engine/index.js';
 import { ERRORS, MoatError, readRegularFile } from '../errors/index.js';
-import { BundleCache, listDigest, writeFileAtomic, type CachedBundle } from './bundle-cache.js';
+import { BundleCache, listDigest, listText, writeFileAtomic, type CachedBundle } from './bundle-cache.js';
 import type { BundleLoading, BundleSource, ReloadOutcome, SourceHost, SourceStatus } from './bundle-source.js';
 
 const digest = z.string().regex(/^[0-9a-f]{64}$/);
@@ -366,9 +366,13 @@ export class ChannelBundleSource implements BundleSource {
   // loads it, then (applied) it becomes the current one there, then the ack.
   private async onBundle(ws: WebSocket, b: Bundle): Promise<void> {
     const log = this.log!;
+    // Each list's text is made once: its digest is checked on it, and it is what the file holds.
+    const texts = new Map<string, string>();
     for (const [name, l] of Object.entries(b.lists)) {
       if (l.entries !== undefined) {
-        if (listDigest(l.entries) !== l.digest) return this.protocolError(ws, `list ${name}: its entries do not match its digest`);
+        const text = listText(l.entries);
+        if (listDigest(text) !== l.digest) return this.protocolError(ws, `list ${name}: its entries do not match its digest`);
+        texts.set(l.digest, text);
       } else if (!this.cache.hasList(l.digest)) {
         // Per the protocol: close, and the next hello says which lists this daemon holds.
         return this.protocolError(ws, `list ${name}: contents ${l.digest.slice(0, 12)} not held here`);
@@ -377,7 +381,7 @@ export class ChannelBundleSource implements BundleSource {
     let cached: CachedBundle;
     try {
       // Not yet durable: the swap need not wait for the disk (the ack does, see below).
-      for (const l of Object.values(b.lists)) if (l.entries !== undefined) await this.cache.writeList(l.digest, l.entries);
+      for (const [digest, text] of texts) await this.cache.writeList(digest, text);
       cached = await this.cache.writeBundle(b);
     } catch (err) {
       // Nothing was applied, and nothing can be until the state directory is writable again.

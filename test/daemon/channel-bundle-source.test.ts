@@ -211,6 +211,22 @@ describe('a daemon fed by its control plane', () => {
     expect(hello['lists']).toEqual([sha(entries.join('\n'))]);
   });
 
+  it('closes with 4000 on a list whose entries do not match its digest, and applies nothing of it', async () => {
+    const cp = new FakeControlPlane();
+    await cp.start();
+    cleanups.push(() => cp.kill());
+    cp.current = bundle(1, '1', [{ id: 'ssh', expression: 'tcp.dstport == 22' }]);
+    const state = newState();
+    const { d } = await daemonFor(cp.url, state);
+    await until('the first ack', () => cp.messages('ack').length === 1);
+    const forged = bundle(2, '2', [{ id: 'l', expression: 'ip.src in $blocked' }], { blocked: { entries: ['198.51.100.0/24'], send: true } });
+    forged.lists['blocked']!.entries = ['0.0.0.0/0'];
+    const closed = new Promise<[number, string]>((r) => cp.connections.at(-1)!.ws.once('close', (code, why) => r([code, why.toString()])));
+    cp.push(forged);
+    expect(await closed).toEqual([CLOSE.PROTOCOL_ERROR, 'list blocked: its entries do not match its digest']);
+    expect([d.swaps, d.version.startsWith('1@'), readdirSync(join(state, 'lists'))]).toEqual([1, true, []]);
+  });
+
   it('keeps the applied bundle and the one before it in its state directory, and the lists they name, no more', async () => {
     const cp = new FakeControlPlane();
     await cp.start();
