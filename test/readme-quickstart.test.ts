@@ -75,11 +75,11 @@ describe('the README is about what exists', () => {
     }
   });
 
-  it('its opening presents pools, monitors, notifications and pushing to daemons as not built yet', () => {
+  it('its opening presents pools, monitors and notifications as not built yet', () => {
     const opening = readme.slice(0, readme.indexOf('## Quick start'));
     const notYet = opening.indexOf('Not built yet');
     expect(notYet).toBeGreaterThan(0);
-    for (const word of ['pools', 'health monitor', 'notification', 'push']) {
+    for (const word of ['pools', 'health monitor', 'notification']) {
       const at = opening.search(new RegExp(`\\b${word}`, 'i'));
       if (at >= 0) expect(at, `"${word}" in the opening before "Not built yet"`).toBeGreaterThan(notYet);
     }

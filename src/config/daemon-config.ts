@@ -30,6 +30,20 @@ export function hostPortProblem(s: string, allowZero = false): string | undefine
   return undefined;
 }
 
+/** Why `s` is not a control channel URL (ws:// or wss://, a host, no credentials), or undefined when it is one. */
+export function channelUrlProblem(s: string): string | undefined {
+  let u: URL;
+  try {
+    u = new URL(s);
+  } catch {
+    return `${quoteInput(s)} is not a URL: expected ws://HOST:PORT or wss://HOST:PORT`;
+  }
+  if (u.protocol !== 'ws:' && u.protocol !== 'wss:') return `the scheme must be ws:// or wss://, not ${quoteInput(u.protocol.replace(/:$/, '') + '://')}`;
+  if (u.hostname === '') return 'the URL names no host';
+  if (u.username !== '' || u.password !== '') return 'the URL must not carry credentials: give token or tokenFile';
+  return undefined;
+}
+
 const hostPort = z.string().superRefine((s, ctx) => {
   const why = hostPortProblem(s);
   if (why !== undefined) ctx.addIssue({ code: 'custom', message: `HOST:PORT: ${why}` });
@@ -40,14 +54,48 @@ const schema = z.strictObject({
   mode: z.enum(['monitor', 'inline']),
   /** monitor: one or more interfaces; inline: exactly two (the bridge's ports). */
   interfaces: z.array(z.string().min(1).max(15)).min(1),
-  rules: z.strictObject({
-    /** The account-level network_transit entrypoint (ruleset JSON as the API returns it). */
-    account: z.string().min(1),
-    /** The zone-level entrypoint, run after the account's. */
-    zone: z.string().min(1).optional(),
-    /** Managed rulesets (JSON with their ids) that execute rules of the entrypoints run. */
-    managed: z.array(z.string().min(1)).default([]),
-  }),
+  /** Rules from files (file mode); absent with `controlPlane`, which sends them. */
+  rules: z
+    .strictObject({
+      /** The account-level network_transit entrypoint (ruleset JSON as the API returns it). */
+      account: z.string().min(1),
+      /** The zone-level entrypoint, run after the account's. */
+      zone: z.string().min(1).optional(),
+      /** Managed rulesets (JSON with their ids) that execute rules of the entrypoints run. */
+      managed: z.array(z.string().min(1)).default([]),
+    })
+    .optional(),
+  /**
+   * Rules, managed rulesets and lists from the control plane over its channel
+   * (README "Connect a daemon"): instead of `rules` and `lists`.
+   */
+  controlPlane: z
+    .strictObject({
+      /** The control plane's channel: ws://HOST:PORT or wss://HOST:PORT (the path /moat/channel is added when absent). */
+      url: z.string().superRefine((s, ctx) => {
+        const why = channelUrlProblem(s);
+        if (why !== undefined) ctx.addIssue({ code: 'custom', message: why });
+      }),
+      /** The daemon's token (`moat daemons create` prints it); or tokenFile. */
+      token: z.string().min(1).max(200).optional(),
+      /** A file holding the token (0600, owned by the daemon's user): what a service should use. */
+      tokenFile: z.string().min(1).optional(),
+      /** PEM file of the CA that signed the control plane's certificate, for wss:// with a private CA. */
+      ca: z.string().min(1).optional(),
+      /** Where the last applied bundle is kept (created 0700): the daemon enforces it when it starts without its control plane. */
+      stateDir: z.string().min(1),
+      /** Seconds between status messages, and a third of the silence that marks the connection dead; default: what the control plane's welcome says (10). */
+      heartbeatSeconds: z.number().min(0.05).max(3600).optional(),
+      /** Longest wait between reconnection attempts, seconds (back-off from 1 s, doubling, jittered). */
+      maxBackoffSeconds: z.number().min(0.1).max(3600).default(30),
+    })
+    .optional(),
+  /**
+   * Inline mode with `controlPlane`, before any bundle is there (none cached,
+   * the control plane not reached yet): false forwards nothing; true forwards
+   * everything unjudged.
+   */
+  failOpen: z.boolean().default(false),
   /** List contents by name: { "svc.malware": "/etc/moat/lists/malware.txt" }. */
   lists: z.record(listName, z.string().min(1)).default({}),
   geoip: z
@@ -153,12 +201,36 @@ export function validateDaemonConfig(raw: unknown, file = '<config>'): DaemonCon
   if (new Set(c.interfaces).size !== c.interfaces.length) {
     throw new MoatError('CONFIG_INVALID', `${file}: interfaces: an interface is listed twice`, { file, pointer: '/interfaces' });
   }
+  const given = typeof raw === 'object' && raw !== null ? (raw as Record<string, unknown>) : {};
+  if (c.controlPlane !== undefined) {
+    const both = ['rules', 'lists'].filter((k) => given[k] !== undefined);
+    if (both.length > 0) {
+      throw new MoatError('CONFIG_INVALID', `${file}: controlPlane and ${both.join(' and ')}: give one or the other: with controlPlane, rules and lists come from the control plane`, { file, pointer: `/${both[0]}` });
+    }
+    const cp = c.controlPlane;
+    if ((cp.token === undefined) === (cp.tokenFile === undefined)) {
+      throw new MoatError('CONFIG_INVALID', `${file}: controlPlane: give exactly one of token and tokenFile${cp.token === undefined ? '' : ', not both'}`, { file, pointer: '/controlPlane' });
+    }
+    if (cp.ca !== undefined && !cp.url.startsWith('wss:')) {
+      throw new MoatError('CONFIG_INVALID', `${file}: controlPlane.ca: a CA is for a wss:// URL; ${quoteInput(cp.url)} is not one`, { file, pointer: '/controlPlane/ca' });
+    }
+  } else if (c.rules === undefined) {
+    throw new MoatError('CONFIG_INVALID', `${file}: neither rules nor controlPlane: give rules (ruleset files) or controlPlane (a control plane to take them from)`, { file, pointer: '/rules' });
+  }
   // Relative paths are relative to the config file's folder.
   const base = file.startsWith('<') ? process.cwd() : dirname(resolve(file));
   const abs = (p: string) => (isAbsolute(p) ? p : resolve(base, p));
-  c.rules.account = abs(c.rules.account);
-  if (c.rules.zone !== undefined) c.rules.zone = abs(c.rules.zone);
-  c.rules.managed = c.rules.managed.map(abs);
+  if (c.rules !== undefined) {
+    c.rules.account = abs(c.rules.account);
+    if (c.rules.zone !== undefined) c.rules.zone = abs(c.rules.zone);
+    c.rules.managed = c.rules.managed.map(abs);
+  }
+  if (c.controlPlane !== undefined) {
+    const cp = c.controlPlane;
+    cp.stateDir = abs(cp.stateDir);
+    if (cp.tokenFile !== undefined) cp.tokenFile = abs(cp.tokenFile);
+    if (cp.ca !== undefined) cp.ca = abs(cp.ca);
+  }
   for (const k of Object.keys(c.lists)) c.lists[k] = abs(c.lists[k]!);
   if (c.geoip.country !== undefined) c.geoip.country = abs(c.geoip.country);
   if (c.geoip.asn !== undefined) c.geoip.asn = abs(c.geoip.asn);

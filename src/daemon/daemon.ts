@@ -41,7 +41,7 @@ export interface Port {
 }
 
 /** Settings a running daemon cannot take from a reload: its captures, ports and listener are built from them. */
-export const RESTART_ONLY = ['mode', 'interfaces', 'capture', 'metrics', 'dropCapture'] as const satisfies ReadonlyArray<keyof DaemonConfig>;
+export const RESTART_ONLY = ['mode', 'interfaces', 'capture', 'metrics', 'dropCapture', 'controlPlane', 'failOpen'] as const satisfies ReadonlyArray<keyof DaemonConfig>;
 
 /** What the daemon is doing. */
 export type DaemonState = 'starting' | 'running' | 'stopping' | 'stopped';
@@ -54,6 +54,13 @@ export class Daemon {
   swaps = 0;
   reloadFailures = 0;
   packetErrors = 0;
+  /**
+   * No bundle yet (a control plane not reached, nothing cached): frames are
+   * not judged; inline forwards them only with failOpen. Cleared by the first swap.
+   */
+  awaitingBundle = false;
+  /** Frames seen while awaitingBundle. */
+  unjudged = 0;
   readonly startedAt = Date.now();
   private server: Server | undefined;
   private recorder: DropRecorder | undefined;
@@ -106,9 +113,14 @@ export class Daemon {
       this.recorder = new DropRecorder({ ...c.dropCapture, linkType: this.ports[0]!.source.linkType });
     }
     this.swapIn(bundle, 'start');
+    this.awaitingBundle = this.bundles.status?.().bundle === 'none';
+    if (this.awaitingBundle) {
+      const what = c.mode === 'monitor' ? 'judging nothing' : c.failOpen ? 'forwarding everything unjudged (failOpen)' : 'forwarding nothing (failOpen is false)';
+      this.log.warn({ mode: c.mode, failOpen: c.failOpen }, `no bundle yet (none cached): ${what} until the control plane sends one`);
+    }
     for (const port of this.ports) port.source.onPacket(this.handler(port));
     if (c.metrics.enabled) await this.listen();
-    this.bundles.start((reason) => this.reload(reason), this.log);
+    this.bundles.start((reason) => this.reload(reason), this.log, { counters: () => this.totals() });
     this.state = 'running';
     this.log.info({ mode: c.mode, interfaces: c.interfaces, version: this.version, bundles: this.bundles.name, metrics: c.metrics.enabled ? c.metrics.listen : null }, 'daemon running');
   }
@@ -133,6 +145,11 @@ export class Daemon {
   private handler(port: Port): (frame: Buffer, length: number) => void {
     const linkType = port.source.linkType;
     return (frame, length) => {
+      if (this.awaitingBundle) {
+        this.unjudged++;
+        if (port.peer !== null && this.config.failOpen) port.peer.source.send(frame, length);
+        return;
+      }
       let drop: boolean;
       try {
         drop = port.path.process(frame, 0, length, length, linkType);
@@ -252,6 +269,10 @@ export class Daemon {
     // At start and at every reload: a rule that reads data not given never matches as written.
     for (const e of bundle.missing) this.log.warn({ code: e.code, reason }, e.message);
     if (reason !== 'start') {
+      if (this.awaitingBundle) {
+        this.awaitingBundle = false;
+        this.log.info({ version: this.version, unjudged: this.unjudged }, 'first bundle: judging traffic from now on');
+      }
       this.swaps++;
       this.log.info({ version: this.version, reason, rules: bundle.evaluator.rules.length, listsAndGeoIp: bundle.tableReused ? 'unchanged' : 'reloaded' }, 'ruleset swapped');
     }
@@ -356,7 +377,8 @@ export class Daemon {
       if (req.method === 'GET' && (url === '/health' || url === '/healthz')) {
         const ok = this.state === 'running';
         res.writeHead(ok ? 200 : 503, { 'Content-Type': 'application/json' });
-        res.end(JSON.stringify({ status: ok ? 'ok' : this.state, mode: this.config.mode, version: this.version, uptimeSeconds: Math.round((Date.now() - this.startedAt) / 1000), interfaces: this.ports.map((p) => p.name) }));
+        const cp = this.bundles.status?.();
+        res.end(JSON.stringify({ status: ok ? 'ok' : this.state, mode: this.config.mode, version: this.version, uptimeSeconds: Math.round((Date.now() - this.startedAt) / 1000), interfaces: this.ports.map((p) => p.name), ...(cp === undefined ? {} : { controlPlane: cp }) }));
         return;
       }
       res.writeHead(404, { 'Content-Type': 'text/plain' });
@@ -370,6 +392,17 @@ export class Daemon {
       this.server!.once('error', (err) => reject(new MoatError('CONFIG_INVALID', `metrics.listen ${at}: ${(err as Error).message}`, { cause: err })));
       this.server!.listen(port, host, () => resolve());
     });
+  }
+
+  /** Totals since start, summed over ports: what the daemon reports with its heartbeats. */
+  totals(): { passed: number; dropped: number; undecodable: number; swaps: number } {
+    const t = { passed: 0, dropped: 0, undecodable: 0, swaps: this.swaps };
+    for (const p of this.ports) {
+      t.passed += p.counters.passed;
+      t.dropped += p.counters.dropped;
+      t.undecodable += p.counters.undecodable;
+    }
+    return t;
   }
 
   /** The address the metrics server listens on (after start). */

@@ -6,19 +6,27 @@ import { watch, type FSWatcher } from 'node:fs';
 import { basename, dirname, resolve } from 'node:path';
 import type { Logger } from 'pino';
 import type { DaemonConfig } from '../config/index.js';
+import { MoatError } from '../errors/index.js';
 import type { BundleFiles, LoadedBundle } from '../engine/index.js';
 import type { BundleLoading, BundleSource, ReloadOutcome } from './bundle-source.js';
 
 /** The bundle files a configuration names. */
 export function bundleFiles(c: DaemonConfig): BundleFiles {
+  const rules = rulesOf(c);
   return {
-    rules: [c.rules.account, ...(c.rules.zone ? [c.rules.zone] : [])],
+    rules: [rules.account, ...(rules.zone ? [rules.zone] : [])],
     lists: Object.entries(c.lists).map(([name, file]) => ({ name, file })),
     geoip: c.geoip.country,
     asn: c.geoip.asn,
-    managed: c.rules.managed,
+    managed: rules.managed,
     missingData: c.missingData,
   };
+}
+
+// The rules files of a file-mode configuration (validation guarantees them without controlPlane).
+function rulesOf(c: DaemonConfig): NonNullable<DaemonConfig['rules']> {
+  if (c.rules === undefined) throw new MoatError('CONFIG_INVALID', 'rules: the configuration names no rules files (it takes them from its controlPlane)', { pointer: '/rules' });
+  return c.rules;
 }
 
 /** Bundles from the configuration's files; a change is a file changed (when `watch` is on) or SIGHUP. */
@@ -76,7 +84,8 @@ export class FileBundleSource implements BundleSource {
 
   private files(): string[] {
     const c = this.config;
-    return [...(this.configFile === undefined ? [] : [resolve(this.configFile)]), c.rules.account, ...(c.rules.zone ? [c.rules.zone] : []), ...c.rules.managed, ...Object.values(c.lists), ...(c.geoip.country ? [c.geoip.country] : []), ...(c.geoip.asn ? [c.geoip.asn] : [])];
+    const r = c.rules ?? { account: undefined, zone: undefined, managed: [] };
+    return [...(this.configFile === undefined ? [] : [resolve(this.configFile)]), ...(r.account ? [r.account] : []), ...(r.zone ? [r.zone] : []), ...r.managed, ...Object.values(c.lists), ...(c.geoip.country ? [c.geoip.country] : []), ...(c.geoip.asn ? [c.geoip.asn] : [])];
   }
 
   private watchFiles(onChange: (reason: string) => Promise<ReloadOutcome>, log: Logger): void {

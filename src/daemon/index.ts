@@ -1,7 +1,9 @@
 // Public face of the daemon: its life cycle, where its bundles come from (the
-// BundleSource seam, files today), metrics and drop recorder.
+// BundleSource seam: files, or the control plane's channel), metrics and drop recorder.
 export { Daemon, RESTART_ONLY, type Port, type DaemonState, type SourceOpener } from './daemon.js';
-export { bundleSourceFor, type BundleLoading, type BundleSource, type ReloadOutcome } from './bundle-source.js';
+export { bundleSourceFor, type BundleLoading, type BundleSource, type ReloadOutcome, type SourceHost, type SourceStatus } from './bundle-source.js';
+export { ChannelBundleSource, channelUrl, type ChannelOptions } from './channel-bundle-source.js';
+export { BundleCache, listDigest, listText, type CachedBundle } from './bundle-cache.js';
 export { FileBundleSource, bundleFiles } from './file-bundle-source.js';
 export { daemonMetrics } from './metrics.js';
 export { DropRecorder, type DropRecorderOptions } from './drop-recorder.js';

@@ -85,6 +85,34 @@ export function daemonMetrics(d: Daemon): Registry {
       if (d.version !== '') this.set({ version: d.version }, 1);
     },
   });
+  counter('moat_unjudged_packets_total', 'Frames seen before the first bundle from the control plane (forwarded only with failOpen).', [], (set) => set({}, d.unjudged));
+  if (d.bundles.status !== undefined) {
+    const status = () => d.bundles.status!();
+    new Gauge({
+      name: 'moat_control_plane_connected',
+      help: '1 while the channel to the control plane is open.',
+      registers: [registry],
+      collect() {
+        this.set(status().connected ? 1 : 0);
+      },
+    });
+    new Gauge({
+      name: 'moat_bundle_cached',
+      help: '1 while the bundle in force is the one cached in the state directory, not yet confirmed by the control plane.',
+      registers: [registry],
+      collect() {
+        this.set(status().bundle === 'cached' ? 1 : 0);
+      },
+    });
+    new Gauge({
+      name: 'moat_bundle_awaited',
+      help: '1 while there is no bundle yet (none cached, the control plane not reached): traffic is not judged.',
+      registers: [registry],
+      collect() {
+        this.set(d.awaitingBundle ? 1 : 0);
+      },
+    });
+  }
   new Gauge({
     name: 'moat_up',
     help: '1 while the daemon is running.',

@@ -9,7 +9,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { validateDaemonConfig } from '../../src/config/index.js';
-import { effectiveCapabilities, preflight } from '../../src/daemon/index.js';
+import { BundleCache, effectiveCapabilities, preflight } from '../../src/daemon/index.js';
 import { BIN, ensureBuilt, moat, ROOT } from '../support/cli.js';
 import { createNamespace, destroyAll, exec, ip, requireRoot } from '../support/netns.js';
 
@@ -116,5 +116,43 @@ describe('moat daemon --check', () => {
     // Given the database, the country rule is fine; the other still warns.
     const some = await moat('daemon', '--config', config({ geoip: { country: COUNTRY_DB } }, rules), '--check');
     expect(some.stderr.split('\n').map((l) => l.slice(0, 60))).toEqual([warnings[1]!.slice(0, 60)]);
+  });
+});
+
+describe('moat daemon --check with a control plane', () => {
+  beforeAll(() => ensureBuilt(), 120_000);
+  const channel = (cp: Record<string, unknown>, extra: Record<string, unknown> = {}) => {
+    const f = join(dir, `cp${Math.random().toString(36).slice(2)}.jsonc`);
+    writeFileSync(f, JSON.stringify({ mode: 'monitor', interfaces: ['lo'], controlPlane: { url: 'ws://127.0.0.1:9', stateDir: join(dir, 'cp-state'), ...cp }, metrics: { enabled: false }, ...extra }));
+    return f;
+  };
+
+  it('checks the token file and the state directory, and says that nothing is cached yet', async () => {
+    writeFileSync(join(dir, 'gw1.token'), 'moatd_check\n', { mode: 0o600 });
+    const r = await moat('daemon', '--config', channel({ tokenFile: join(dir, 'gw1.token') }), '--check');
+    expect([r.code, r.stderr, r.stdout]).toEqual([0, '', 'OK: monitor on lo; control plane ws://127.0.0.1:9, no cached bundle yet; 0 rules, fields: (none)']);
+  });
+
+  it('compiles the cached bundle and names it', async () => {
+    const state = join(dir, 'cached-state');
+    const cache = new BundleCache(state);
+    cache.open();
+    const digest = 'c'.repeat(64);
+    const b = await cache.writeBundle({ type: 'bundle', seq: 1, digest, account: { version: '3', rules: [{ action: 'block', expression: 'tcp.dstport == 22' }, { action: 'block', expression: 'udp.dstport == 53' }] }, zone: null, managed: [], lists: {} });
+    await cache.persist(b);
+    await cache.makeCurrent(digest);
+    const r = await moat('daemon', '--config', channel({ token: 'moatd_x', stateDir: state }), '--check');
+    expect([r.code, r.stderr, r.stdout]).toEqual([0, '', `OK: monitor on lo; control plane ws://127.0.0.1:9, cached bundle ${digest}: 2 rules, fields: tcp.dstport udp.dstport`]);
+  });
+
+  it('fails with 5001 naming a token file that cannot be read', async () => {
+    const r = await moat('daemon', '--config', channel({ tokenFile: join(dir, 'missing.token') }), '--check');
+    expect([r.code, r.stderr]).toEqual([1, `moat: error 5001: controlPlane.tokenFile ${join(dir, 'missing.token')}: cannot read: no such file`]);
+  });
+
+  it('fails with 5002 naming both keys when rules are given beside controlPlane', async () => {
+    const f = channel({ token: 'moatd_x' }, { rules: { account: 'rules.json' } });
+    const r = await moat('daemon', '--config', f, '--check');
+    expect([r.code, r.stderr]).toEqual([1, `moat: error 5002: ${f}: controlPlane and rules: give one or the other: with controlPlane, rules and lists come from the control plane`]);
   });
 });

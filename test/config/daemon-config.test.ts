@@ -33,7 +33,7 @@ describe('the daemon configuration', () => {
     expect(c.mode).toBe('inline');
     expect(c.capture.ringBytes).toBe(128 * 1024 * 1024);
     expect(c.metrics.listen).toBe('127.0.0.1:9490');
-    expect(c.rules.account).toBe(join(ROOT, 'config/rules/account-entrypoint.json'));
+    expect(c.rules?.account).toBe(join(ROOT, 'config/rules/account-entrypoint.json'));
     expect(Object.isFrozen(c.capture)).toBe(true);
   });
 
@@ -55,7 +55,11 @@ describe('the daemon configuration', () => {
     expect(e.pointer).toBe('/capture/ringBytes');
     expect(error(() => validateDaemonConfig({ ...minimal, mode: 'bridge' }, 'd.jsonc')).message).toMatch(/^d\.jsonc: mode: /);
     expect(error(() => validateDaemonConfig({ ...minimal, metrics: { listen: 'localhost' } }, 'd.jsonc')).message).toMatch(/metrics\.listen: HOST:PORT/);
-    expect(error(() => validateDaemonConfig({ mode: 'monitor', interfaces: ['eth0'] }, 'd.jsonc')).message).toMatch(/^d\.jsonc: rules: /);
+  });
+
+  it('says that a configuration with neither rules nor controlPlane has nothing to enforce', () => {
+    const e = error(() => validateDaemonConfig({ mode: 'monitor', interfaces: ['eth0'] }, 'd.jsonc'));
+    expect([e.code, e.message, e.pointer]).toEqual([5002, 'd.jsonc: neither rules nor controlPlane: give rules (ruleset files) or controlPlane (a control plane to take them from)', '/rules']);
   });
 
   it('requires exactly two distinct interfaces inline', () => {
@@ -100,7 +104,7 @@ describe('the daemon configuration', () => {
   it('resolves relative paths against the config file folder', () => {
     const f = write(JSON.stringify({ ...minimal, lists: { 'svc.malware': 'l/m.txt' }, geoip: { country: '/abs/c.mmdb' } }));
     const c = loadDaemonConfig(f);
-    expect(c.rules.account).toBe(join(dir, 'a.json'));
+    expect(c.rules?.account).toBe(join(dir, 'a.json'));
     expect(c.lists['svc.malware']).toBe(join(dir, 'l/m.txt'));
     expect(c.geoip.country).toBe('/abs/c.mmdb');
   });
@@ -118,5 +122,48 @@ describe('moat serve --listen uses the same address rules (port 0 allowed: the k
     expect(parseListen(':8080')).toEqual({ host: '127.0.0.1', port: 8080 });
     expect(() => parseListen('1.2.3.999:8080')).toThrow('--listen 1.2.3.999:8080: 1.2.3.999 is not an IPv4 address');
     expect(() => parseListen('1.2.3.4:99999')).toThrow(/expected HOST:PORT/);
+  });
+});
+
+describe('the daemon configuration with a control plane', () => {
+  const cp = { url: 'ws://127.0.0.1:8080', tokenFile: 'gw1.token', stateDir: 'state' };
+  const base = { mode: 'inline', interfaces: ['ga', 'gb'] };
+
+  it('takes the channel URL, a token file and a state directory, relative to the file, with defaults', () => {
+    const c = validateDaemonConfig({ ...base, controlPlane: cp }, join(dir, 'd.jsonc'));
+    expect(c.controlPlane).toEqual({ url: 'ws://127.0.0.1:8080', tokenFile: join(dir, 'gw1.token'), stateDir: join(dir, 'state'), maxBackoffSeconds: 30 });
+    expect([c.rules, c.failOpen]).toEqual([undefined, false]);
+    expect(validateDaemonConfig({ ...base, failOpen: true, controlPlane: { url: 'wss://cp.example:443', token: 'moatd_x', ca: '/etc/moat/ca.pem', stateDir: '/var/lib/moat' } }, 'd.jsonc').failOpen).toBe(true);
+  });
+
+  it('refuses rules or lists beside controlPlane, naming both keys', () => {
+    const e = error(() => validateDaemonConfig({ ...base, controlPlane: cp, rules: { account: 'a.json' } }, 'd.jsonc'));
+    expect([e.code, e.message, e.pointer]).toEqual([5002, 'd.jsonc: controlPlane and rules: give one or the other: with controlPlane, rules and lists come from the control plane', '/rules']);
+    expect(error(() => validateDaemonConfig({ ...base, controlPlane: cp, lists: {} }, 'd.jsonc')).message).toMatch(/^d\.jsonc: controlPlane and lists: /);
+  });
+
+  it('wants exactly one of token and tokenFile', () => {
+    const two = error(() => validateDaemonConfig({ ...base, controlPlane: { ...cp, token: 'moatd_x' } }, 'd.jsonc'));
+    expect([two.code, two.message, two.pointer]).toEqual([5002, 'd.jsonc: controlPlane: give exactly one of token and tokenFile, not both', '/controlPlane']);
+    const none = error(() => validateDaemonConfig({ ...base, controlPlane: { url: cp.url, stateDir: 's' } }, 'd.jsonc'));
+    expect(none.message).toBe('d.jsonc: controlPlane: give exactly one of token and tokenFile');
+  });
+
+  it('refuses a URL that is not ws:// or wss://, a CA for plain ws://, and a missing state directory', () => {
+    expect(error(() => validateDaemonConfig({ ...base, controlPlane: { ...cp, url: 'http://127.0.0.1:8080' } }, 'd.jsonc')).message).toBe('d.jsonc: controlPlane.url: the scheme must be ws:// or wss://, not "http://"');
+    expect(error(() => validateDaemonConfig({ ...base, controlPlane: { ...cp, url: 'cp:8080' } }, 'd.jsonc')).message).toMatch(/^d\.jsonc: controlPlane\.url: /);
+    expect(error(() => validateDaemonConfig({ ...base, controlPlane: { ...cp, ca: 'ca.pem' } }, 'd.jsonc')).pointer).toBe('/controlPlane/ca');
+    const { stateDir: _omitted, ...noState } = cp;
+    expect(error(() => validateDaemonConfig({ ...base, controlPlane: noState }, 'd.jsonc')).message).toMatch(/^d\.jsonc: controlPlane\.stateDir: /);
+  });
+});
+
+describe('README "Connect a daemon"', () => {
+  it('shows a daemon configuration that validates, with its control plane and no rules', () => {
+    const readme = readFileSync(join(ROOT, 'README.md'), 'utf8');
+    const section = readme.slice(readme.indexOf('\n## Connect a daemon\n'), readme.indexOf('\n## The control channel protocol\n'));
+    const block = /```jsonc\n([\s\S]*?)```/.exec(section)![1]!.replace(/^ {3}/gm, '');
+    const c = validateDaemonConfig(JSON.parse(stripJsonComments(block)), '/etc/moat/daemon.jsonc');
+    expect([c.mode, c.rules, c.controlPlane]).toEqual(['inline', undefined, { url: 'ws://127.0.0.1:8080', tokenFile: '/etc/moat/gw1.token', stateDir: '/var/lib/moat-daemon', maxBackoffSeconds: 30 }]);
   });
 });

@@ -5,15 +5,27 @@ import type { Command } from 'commander';
 import { pino } from 'pino';
 import { LiveCapture } from '../../capture/index.js';
 import { loadDaemonConfig, type DaemonConfig } from '../../config/index.js';
-import { bundleFiles, bundleSourceFor, Daemon, preflight } from '../../daemon/index.js';
-import { BundleError, loadBundle } from '../../engine/index.js';
+import { bundleFiles, bundleSourceFor, ChannelBundleSource, Daemon, preflight } from '../../daemon/index.js';
+import { BundleError, loadBundle, type LoadedBundle } from '../../engine/index.js';
 import type { MoatError } from '../../errors/index.js';
+import { moatVersion } from '../version.js';
 import { formatError, formatWarning, reportError, type Output } from '../output.js';
 
 interface DaemonFlags {
   config: string;
   check?: boolean;
   strict?: boolean;
+}
+
+/**
+ * --check with a control plane: the token, the CA and the state directory are
+ * usable, and the cached bundle, when there is one, loads (throws its errors).
+ */
+async function checkChannel(config: DaemonConfig): Promise<LoadedBundle & { cached?: string | undefined }> {
+  const source = new ChannelBundleSource(config, { moat: moatVersion() });
+  const files = source.cachedFiles();
+  if (files !== undefined) return { ...loadBundle(files), cached: source.status().digest ?? undefined };
+  return source.load({ load: (f) => Promise.resolve(loadBundle(f)) });
 }
 
 /** Registers `moat daemon` on the program. */
@@ -34,9 +46,10 @@ export function registerDaemon(program: Command, out: Output): void {
         const errors: MoatError[] = [...host];
         let summary: string | undefined;
         try {
-          const b = loadBundle(bundleFiles(config));
+          const b: LoadedBundle & { cached?: string | undefined } = config.controlPlane === undefined ? loadBundle(bundleFiles(config)) : await checkChannel(config);
           for (const w of b.missing) out.stderr(formatWarning(w));
-          summary = `OK: ${config.mode} on ${config.interfaces.join(', ')}; ${b.evaluator.rules.length} rules, fields: ${b.evaluator.fields.join(' ') || '(none)'}`;
+          const what = config.controlPlane === undefined ? '' : b.cached === undefined ? `control plane ${config.controlPlane.url}, no cached bundle yet; ` : `control plane ${config.controlPlane.url}, cached bundle ${b.cached}: `;
+          summary = `OK: ${config.mode} on ${config.interfaces.join(', ')}; ${what}${b.evaluator.rules.length} rules, fields: ${b.evaluator.fields.join(' ') || '(none)'}`;
         } catch (err) {
           if (!(err instanceof BundleError)) throw err;
           errors.unshift(...err.errors);
@@ -52,7 +65,7 @@ export function registerDaemon(program: Command, out: Output): void {
         return;
       }
       const log = pino({ level: config.log.level, base: { service: 'moat-daemon' } });
-      const daemon = new Daemon(config, log, (iface, o) => LiveCapture.open(iface, o), bundleSourceFor(config, flags.config), { configFile: flags.config, override });
+      const daemon = new Daemon(config, log, (iface, o) => LiveCapture.open(iface, o), bundleSourceFor(config, flags.config, { moat: moatVersion() }), { configFile: flags.config, override });
       try {
         await daemon.start();
       } catch (err) {
