@@ -263,6 +263,12 @@ export async function buildServer(options: ServerOptions): Promise<FastifyInstan
   await app.register(notImplementedRoutes, { prefix: BASE_PATH, services });
   await app.register(healthCheckRoutes, { services });
 
+  // The control channel shares the listener: upgrades to CHANNEL_PATH are its daemons.
+  services.hub.attach(app.server);
+  // Before the listener closes: its upgraded sockets would keep close() waiting.
+  app.addHook('preClose', async () => {
+    await services.hub.stop();
+  });
   app.addHook('onListen', async () => {
     services.runners.start();
   });

@@ -70,9 +70,11 @@ describe('migrating from schema 2', () => {
     raw.pragma('user_version = 2');
     raw.close();
     const before = Database.open(dir);
-    // Written at schema 3 by this Moat, then rolled back to a schema-2 shape below.
+    // Written at the latest schema by this Moat, then rolled back to a schema-2 shape below.
     const { key } = new Users(before).create({ email: 'old@example.com', accounts: [ACCOUNT] });
     before.db.exec('DROP TABLE api_token_accounts; DROP TABLE api_tokens');
+    // Migration 4 (daemons, list generations) is undone too.
+    before.db.exec('DROP TABLE daemons; DROP TRIGGER lists_generation; DROP TRIGGER managed_lists_generation; ALTER TABLE lists DROP COLUMN generation; ALTER TABLE managed_lists DROP COLUMN generation');
     before.db.pragma('user_version = 2');
     before.close();
 
