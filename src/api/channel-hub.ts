@@ -13,7 +13,7 @@
 // daemon that never acks or never reads holds up only itself.
 
 import { createHash } from 'node:crypto';
-import type { IncomingMessage, Server } from 'node:http';
+import type { IncomingMessage } from 'node:http';
 import type { Duplex } from 'node:stream';
 import { WebSocketServer, type WebSocket } from 'ws';
 import {
@@ -133,7 +133,7 @@ export class ChannelHub implements Runner {
   }
 
   /** Serves the channel on `server`'s upgrade requests; any other upgrade path gets 404. */
-  attach(server: Server): void {
+  attach(server: { on(event: 'upgrade', listener: (req: IncomingMessage, socket: Duplex, head: Buffer) => void): unknown }): void {
     server.on('upgrade', (req: IncomingMessage, socket: Duplex, head: Buffer) => {
       socket.on('error', () => socket.destroy());
       const path = (req.url ?? '').split('?')[0];

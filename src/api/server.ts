@@ -28,6 +28,8 @@ export interface ServerOptions {
   logger?: Logger | undefined;
   /** Largest accepted request body in bytes (default 16 MiB: bulk list uploads are large). */
   bodyLimit?: number | undefined;
+  /** TLS certificate and key (PEM): the API and the control channel are then served over HTTPS and WSS. */
+  https?: { cert: Buffer; key: Buffer } | undefined;
 }
 
 function toMoatErrors(err: unknown): { status: number; errors: MoatError[] } | undefined {
@@ -158,6 +160,8 @@ export function parseJsonBody(buf: Buffer): unknown {
  */
 export async function buildServer(options: ServerOptions): Promise<FastifyInstance> {
   const app: FastifyInstance = Fastify({
+    // fastify types an HTTPS instance apart; the routes use nothing of it that differs.
+    ...(options.https === undefined ? {} : ({ https: options.https } as object)),
     ...(options.logger === undefined ? { logger: false } : { loggerInstance: options.logger as unknown as FastifyBaseLogger }),
     bodyLimit: options.bodyLimit ?? 16 * 1024 * 1024,
     // Cloudflare ids never need more; long URLs are an attack, not a request.

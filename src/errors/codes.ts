@@ -110,6 +110,7 @@ export const ERRORS = Object.freeze({
   API_HEADERS_TOO_LARGE: def(7017, 431, 'request headers too large'),
   API_REQUEST_TIMEOUT: def(7018, 408, 'request not received in time'),
   API_BAD_ENCODING: def(7019, 400, 'request body is not valid UTF-8, or a string in it has a lone surrogate'),
+  SERVE_TLS: def(7096, 500, 'moat serve cannot use the TLS certificate or key (unreadable, not PEM, or not a pair)'),
   SERVE_LISTEN: def(7097, 500, 'moat serve cannot listen on the address (in use, not local, or privileged)'),
   SERVE_START: def(7098, 500, 'moat serve could not start (the message says why)'),
   API_INTERNAL: def(7099, 500, 'internal error'),
@@ -148,6 +149,7 @@ export const ERRORS = Object.freeze({
   USER_BAD_INPUT: def(7400, 400, 'invalid user, account or zone'),
   USER_NOT_FOUND: def(7401, 404, 'user, key or token not found'),
   AUTH_TOKEN_READ_ONLY: def(7402, 403, 'a read-only API token cannot write'),
+  DAEMON_NOT_FOUND: def(7500, 404, 'daemon not found'),
 
   // 8xxx: the embedded store
   STORE_OPEN: def(8001, 500, 'cannot open the database'),
