@@ -11,6 +11,7 @@ import { MoatError } from '../errors/index.js';
 import { ApiErrors, apiError } from './api-error.js';
 import { fail } from './envelope.js';
 import { loneSurrogateAt, shownPath } from './request.js';
+import { daemonRoutes } from './routes/daemons.js';
 import { listRoutes } from './routes/lists.js';
 import { notImplementedRoutes } from './routes/not-implemented.js';
 import { healthCheckRoutes } from './routes/health-check.js';
@@ -264,6 +265,7 @@ export async function buildServer(options: ServerOptions): Promise<FastifyInstan
   await app.register(rulesetRoutes, { prefix: BASE_PATH, services });
   await app.register(listRoutes, { prefix: BASE_PATH, services });
   await app.register(identityRoutes, { prefix: BASE_PATH, services });
+  await app.register(daemonRoutes, { prefix: BASE_PATH, services });
   await app.register(notImplementedRoutes, { prefix: BASE_PATH, services });
   await app.register(healthCheckRoutes, { services });
 
