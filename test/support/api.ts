@@ -198,7 +198,7 @@ export async function serveProcess(dataDir: string, extra: readonly string[] = [
       const parts = buffered.split('\n');
       buffered = parts.pop()!;
       lines.push(...parts);
-      found ??= parts.map((l) => /listening on (http:\/\/\S+)/.exec(l)?.[1]).find((u) => u !== undefined);
+      found ??= parts.map((l) => /listening on (https?:\/\/\S+)/.exec(l)?.[1]).find((u) => u !== undefined);
       if (found !== undefined && lines.some((l) => l.includes('try: curl') || /\d+ user\(s\)/.test(l))) {
         clearTimeout(timer);
         resolve(found);
