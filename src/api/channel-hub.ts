@@ -157,10 +157,13 @@ export class ChannelHub implements Runner {
 
   /** Closes every connection with 1001 and records them disconnected. */
   async stop(): Promise<void> {
+    if (this.stopping) return;
     this.stopping = true;
     this.unsubscribe?.();
     if (this.heartbeat !== undefined) clearInterval(this.heartbeat);
     for (const c of [...this.conns]) this.close(c, CLOSE.GOING_AWAY, 'the control plane shuts down');
+    // The close frames go out and most daemons answer at once; those that do not within a second are cut.
+    for (let waited = 0; this.conns.size > 0 && waited < 1000; waited += 20) await new Promise((r) => setTimeout(r, 20));
     for (const c of [...this.conns]) c.ws.terminate();
     this.flush();
     this.wss.close();

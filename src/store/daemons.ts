@@ -215,11 +215,15 @@ export class Daemons {
     return out;
   }
 
-  /** Status writes of the hub, each batch in one transaction. */
+  /**
+   * Status writes of the hub, each batch in one IMMEDIATE transaction. Not
+   * through Database.write: its commit listeners tell the hub that
+   * deployments may have changed, and status never changes one.
+   */
   recordStatus(updates: readonly StatusUpdate[]): void {
     if (updates.length === 0) return;
     const db = this.store.db;
-    this.store.write(() => {
+    db.transaction(() => {
       for (const u of updates) {
         switch (u.kind) {
           case 'connected':
@@ -248,7 +252,7 @@ export class Daemons {
             break;
         }
       }
-    });
+    }).immediate();
   }
 }
 

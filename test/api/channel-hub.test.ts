@@ -5,6 +5,7 @@
 import WebSocket from 'ws';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { MAX_DAEMON_MESSAGE } from '../../src/channel/index.js';
+import { Daemons, Database } from '../../src/store/index.js';
 import { startApi, type TestApi } from '../support/api.js';
 import { ChannelClient, listDigest, type Msg } from '../support/channel-client.js';
 
@@ -307,6 +308,28 @@ describe('bad input', () => {
     await ok(user.call('POST', `/accounts/${user.accountId}/rulesets/${ep.id}/rules`, rule('tcp.dstport == 2')));
     expect((await good.next('bundle', 2000)).account.version).toBe('2');
     good.close();
+  });
+});
+
+describe('a control plane that shuts down', () => {
+  it('closes its daemons with 1001 and records them disconnected before its database closes', async () => {
+    const other = await startApi({ channel: { heartbeatSeconds: 5 } });
+    try {
+      const r = other.services.daemons.create({ accountId: other.accountId, name: 'gw' });
+      const c = await ChannelClient.hello(other.base.replace(/^http/, 'ws').replace(/\/client\/v4$/, '/moat/channel'), r.token);
+      await c.next('bundle');
+      await waitFor(() => other.services.daemons.get(r.info.id)?.connected === true);
+      await other.stop();
+      expect(await c.closed).toEqual({ code: 1001, reason: expect.stringContaining('shuts down') });
+      const reopened = Database.open(other.dataDir, { mustExist: true });
+      try {
+        expect(new Daemons(reopened).get(r.info.id)).toMatchObject({ connected: false, disconnected_at: expect.any(String) });
+      } finally {
+        reopened.close();
+      }
+    } finally {
+      await other.dispose();
+    }
   });
 });
 
