@@ -344,9 +344,15 @@ export class ChannelHub implements Runner {
     c.inflight = { seq: c.seq, digest: b.digest, rulesets: b.rulesets };
     c.offered = b.digest;
     for (const l of b.lists) c.lists.add(l.digest);
-    // Two fragments of one message: the shared body is sent as is, never copied per connection.
-    c.ws.send(`{"type":"bundle","seq":${c.seq},`, { fin: false, binary: false });
-    c.ws.send(rest, { fin: true, binary: false });
+    const prefix = Buffer.from(`{"type":"bundle","seq":${c.seq},`, 'utf8');
+    if (rest.length <= 64 * 1024) {
+      // One frame, one write: copying a small body costs less than a second frame's syscall (1,000 daemons: 1,000 writes, not 2,000).
+      c.ws.send(Buffer.concat([prefix, rest]), { binary: false });
+    } else {
+      // Two fragments of one message: a body holding list contents is sent as is, never copied per connection.
+      c.ws.send(prefix, { fin: false, binary: false });
+      c.ws.send(rest, { fin: true, binary: false });
+    }
   }
 
   /** After a change signal: rebuild the groups whose deployment changed, push, and close revoked daemons. */

@@ -146,6 +146,26 @@ describe('pushes', () => {
     c.close();
   });
 
+  it('deliver a bundle whose list is larger than one frame\'s copy threshold (64 KiB) whole, as one message', async () => {
+    const user = api.newUser();
+    // 6,000 addresses of 10-15 characters: about 100 KB of entries.
+    const entries = Array.from({ length: 6000 }, (_, i) => `10.${(i >> 8) & 255}.${i & 255}.${1 + (i % 200)}`);
+    await makeList(user.call, user.accountId, 'big', entries);
+    await ok(user.call('PUT', entrypoint(user.accountId), { rules: [rule('ip.src in $big')] }));
+    const c = await ChannelClient.hello(url, token(user.accountId).token);
+    const b = await c.next('bundle');
+    expect(b.lists.big.entries.length).toBe(new Set(entries).size);
+    expect(b.lists.big.digest).toBe(listDigest(b.lists.big.entries));
+    expect(JSON.stringify(b.lists.big.entries).length).toBeGreaterThan(64 * 1024);
+    // A second daemon that holds the list gets the small variant of the same bundle.
+    const d = await ChannelClient.hello(url, token(user.accountId).token, { lists: [b.lists.big.digest] });
+    const small = await d.next('bundle');
+    expect(small.digest).toBe(b.digest);
+    expect(small.lists.big).toEqual({ digest: b.lists.big.digest });
+    c.close();
+    d.close();
+  });
+
   it('coalesce: a daemon that acks late gets only the latest of three writes', async () => {
     const user = api.newUser();
     const ep = await ok(user.call('PUT', entrypoint(user.accountId), { rules: [rule('tcp.dstport == 1')] }));
