@@ -362,9 +362,10 @@ export class ChannelHub implements Runner {
       for (const g of this.groups.values()) {
         const fp = deploymentFingerprint(this.store, g.accountId, g.zoneId);
         if (fp === g.fingerprint) continue;
-        g.fingerprint = fp;
         const before = g.built.digest;
         g.built = this.build(g.accountId, g.zoneId);
+        // Only once built: a build that failed is tried again on the next signal.
+        g.fingerprint = fp;
         if (g.built.digest === before) continue;
         for (const c of g.conns) this.pump(c);
       }

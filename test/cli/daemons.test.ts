@@ -3,7 +3,8 @@
 // processes on the same SQLite file), and a WebSocket client speaking the
 // protocol. Tokens are shown once or written 0600; `moat lists load-managed`
 // and `moat managed import` reach a connected daemon; `moat daemons revoke`
-// closes its connection within a second; `moat daemons list` shows the fleet;
+// closes its connection within a second; a second `moat serve` on the same
+// data directory reaches it too; `moat daemons list` shows the fleet;
 // TLS serves the API and the channel on one port.
 import { execFile, execFileSync } from 'node:child_process';
 import { mkdtempSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs';
@@ -150,6 +151,27 @@ describe('a connected daemon', () => {
     expect(b.managed[0].rules[0].expression).toBe('tcp.dstport == 2323');
     expect(b.lists['svc.malware']).toEqual({ digest: listDigest(['192.0.2.1', '192.0.2.2']) });
     c.applied(b);
+  });
+
+  it('gets a version written through a second moat serve on the same data directory', async () => {
+    const second = await serveProcess(data);
+    try {
+      const started = Date.now();
+      const res = await fetch(`${second.url}/accounts/${creds.accountId}/rulesets/phases/network_transit/entrypoint`, {
+        method: 'PUT',
+        headers: { 'X-Auth-Email': creds.email, 'X-Auth-Key': creds.key, 'Content-Type': 'application/json' },
+        body: JSON.stringify({ rules: [{ action: 'block', expression: 'tcp.dstport == 3389', description: 'via the second server' }] }),
+      });
+      expect(res.status).toBe(200);
+      const b = await c.next('bundle', 3000);
+      expect(Date.now() - started).toBeLessThan(1500);
+      expect(b.account.rules.map((r: Msg) => r.description)).toEqual(['via the second server']);
+      expect(b.managed).toEqual([]);
+      c.applied(b);
+    } finally {
+      second.child.kill('SIGTERM');
+      await second.exited;
+    }
   });
 
   it('is disconnected with 4003 within a second of moat daemons revoke in another process', async () => {
