@@ -221,6 +221,14 @@ describe('moat serve with --tls-cert and --tls-key', () => {
       s.child.kill('SIGTERM');
       await s.exited;
     }
+    // A key that is not the certificate's: 7096 at start, nothing listens.
+    const otherKey = join(dir, 'other-key.pem');
+    execFileSync(openssl!, ['genpkey', '-algorithm', 'EC', '-pkeyopt', 'ec_paramgen_curve:prime256v1', '-out', otherKey], { stdio: 'ignore' });
+    const bad = await cliAsync('serve', '--listen', '127.0.0.1:0', '--tls-cert', cert, '--tls-key', otherKey);
+    expect(bad.code).toBe(1);
+    expect(bad.stderr).toMatch(/moat: error 7096: --tls-cert\/--tls-key: .*(key values mismatch|does not match)/i);
+    const notPem = await cliAsync('serve', '--listen', '127.0.0.1:0', '--tls-cert', otherKey, '--tls-key', otherKey);
+    expect(notPem.stderr).toMatch(/moat: error 7096: /);
   }, 30_000);
 
   it('refuses a missing key file with 7096, and one flag without the other with 5010', () => {
