@@ -111,6 +111,7 @@ export class ChannelHub implements Runner {
   private heartbeat: NodeJS.Timeout | undefined;
   private unsubscribe: (() => void) | undefined;
   private stopping = false;
+  private buildCount = 0;
 
   constructor(
     private readonly store: Database,
@@ -167,6 +168,11 @@ export class ChannelHub implements Runner {
     for (const c of [...this.conns]) c.ws.terminate();
     this.flush();
     this.wss.close();
+  }
+
+  /** Bundles built since start (deployment reads): one per group and change, however many daemons share it. */
+  get builds(): number {
+    return this.buildCount;
   }
 
   /** Connections open now (authenticated or not). */
@@ -310,6 +316,7 @@ export class ChannelHub implements Runner {
 
   /** Reads a group's deployment and serializes what every variant of its bundle shares. */
   private build(accountId: string, zoneId: string | null): Built {
+    this.buildCount++;
     const dep = readAccountDeployment(this.store, accountId, zoneId ?? undefined);
     const names = Object.keys(dep.lists).sort();
     const lists = names.map((name) => {

@@ -166,6 +166,21 @@ describe('pushes', () => {
     d.close();
   });
 
+  it('build one bundle per account and change, shared by all its daemons', async () => {
+    const user = api.newUser();
+    const ep = await ok(user.call('PUT', entrypoint(user.accountId), { rules: [rule('tcp.dstport == 1')] }));
+    const before = api.services.hub.builds;
+    const clients = await Promise.all(Array.from({ length: 3 }, () => ChannelClient.hello(url, token(user.accountId).token)));
+    const firsts = await Promise.all(clients.map((c) => c.next('bundle')));
+    expect(api.services.hub.builds - before).toBe(1);
+    for (let i = 0; i < 3; i++) clients[i]!.applied(firsts[i]);
+    await ok(user.call('POST', `/accounts/${user.accountId}/rulesets/${ep.id}/rules`, rule('tcp.dstport == 2')));
+    const seconds = await Promise.all(clients.map((c) => c.next('bundle', 2000)));
+    expect(new Set(seconds.map((b) => b.digest)).size).toBe(1);
+    expect(api.services.hub.builds - before).toBe(2);
+    for (const c of clients) c.close();
+  });
+
   it('coalesce: a daemon that acks late gets only the latest of three writes', async () => {
     const user = api.newUser();
     const ep = await ok(user.call('PUT', entrypoint(user.accountId), { rules: [rule('tcp.dstport == 1')] }));
