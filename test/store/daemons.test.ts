@@ -96,6 +96,8 @@ describe('fleet status', () => {
       counters: { passed: 5, dropped: 1, undecodable: 0, swaps: 2 },
       last_seen: 't4',
     });
+    // Status commits skip the fsync, and every other write still has it (synchronous=FULL is 2).
+    expect(store.db.pragma('synchronous', { simple: true })).toBe(2);
     daemons.recordStatus([{ kind: 'disconnected', id: info.id, at: 't5' }]);
     expect(daemons.get(info.id)).toMatchObject({ connected: false, disconnected_at: 't5', digest: 'd'.repeat(64) });
   });
