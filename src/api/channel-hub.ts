@@ -89,6 +89,8 @@ interface Conn {
   counters: Counters | undefined;
   countersDirty: boolean;
   closed: boolean;
+  /** When its hello was recorded (the row's connected_since): its disconnection is recorded only against it. */
+  since: string | undefined;
 }
 
 const sha256 = (s: string): string => createHash('sha256').update(s, 'utf8').digest('hex');
@@ -202,6 +204,7 @@ export class ChannelHub implements Runner {
       counters: undefined,
       countersDirty: false,
       closed: false,
+      since: undefined,
     };
     this.conns.add(c);
     // The 'error' listener keeps a bad frame (too big: ws closes with 1009) from becoming an uncaught error.
@@ -282,6 +285,7 @@ export class ChannelHub implements Runner {
     };
     c.ws.send(JSON.stringify(welcome));
     const at = nowStamp();
+    c.since = at;
     this.record({ kind: 'connected', id: daemon.id, at, remoteAddress: c.address, moatVersion: hello.moat });
     const group = this.join(c, daemon);
     if (hello.digest === group.built.digest) {
@@ -447,7 +451,7 @@ export class ChannelHub implements Runner {
     }
     if (c.daemon !== undefined && this.byDaemon.get(c.daemon.id) === c) {
       this.byDaemon.delete(c.daemon.id);
-      this.record({ kind: 'disconnected', id: c.daemon.id, at: nowStamp() });
+      this.record({ kind: 'disconnected', id: c.daemon.id, at: nowStamp(), since: c.since! });
     }
   }
 }

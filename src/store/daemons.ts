@@ -245,7 +245,8 @@ export class Daemons {
             db.prepare('UPDATE daemons SET connected = 1, connected_since = ?, remote_address = ?, moat_version = ?, last_seen = ? WHERE id = ?').run(u.at, u.remoteAddress, u.moatVersion, u.at, u.id);
             break;
           case 'disconnected':
-            db.prepare('UPDATE daemons SET connected = 0, disconnected_at = ?, last_seen = ? WHERE id = ?').run(u.at, u.at, u.id);
+            // Only the connection that is recorded: one the daemon opened since (to another control plane) stays connected.
+            db.prepare('UPDATE daemons SET connected = 0, disconnected_at = ?, last_seen = ? WHERE id = ? AND connected_since = ?').run(u.at, u.at, u.id, u.since);
             break;
           case 'applied':
             db.prepare('UPDATE daemons SET digest = ?, account_version = ?, zone_version = ?, runs = ?, applied_on = ?, last_seen = ? WHERE id = ?').run(
@@ -274,7 +275,7 @@ export class Daemons {
 /** One status change the hub records. */
 export type StatusUpdate =
   | { kind: 'connected'; id: string; at: string; remoteAddress: string; moatVersion: string }
-  | { kind: 'disconnected'; id: string; at: string }
+  | { kind: 'disconnected'; id: string; at: string; since: string }
   | { kind: 'applied'; id: string; at: string; digest: string; versions: { account: string | null; zone: string | null }; rulesets: RunningRuleset[] }
   | { kind: 'rejected'; id: string; at: string; rejection: Rejection }
   | { kind: 'seen'; id: string; at: string; counters?: DaemonCounters | undefined };

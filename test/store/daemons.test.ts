@@ -98,7 +98,10 @@ describe('fleet status', () => {
     });
     // Status commits skip the fsync, and every other write still has it (synchronous=FULL is 2).
     expect(store.db.pragma('synchronous', { simple: true })).toBe(2);
-    daemons.recordStatus([{ kind: 'disconnected', id: info.id, at: 't5' }]);
+    // A stale connection's end (the daemon has reconnected since, maybe to another control plane) changes nothing.
+    daemons.recordStatus([{ kind: 'disconnected', id: info.id, at: 't5', since: 't0' }]);
+    expect(daemons.get(info.id)).toMatchObject({ connected: true, disconnected_at: null });
+    daemons.recordStatus([{ kind: 'disconnected', id: info.id, at: 't5', since: 't1' }]);
     expect(daemons.get(info.id)).toMatchObject({ connected: false, disconnected_at: 't5', digest: 'd'.repeat(64) });
   });
 });
