@@ -231,14 +231,6 @@ describe('moat serve with --tls-cert and --tls-key', () => {
     expect(notPem.stderr).toMatch(/moat: error 7096: /);
   }, 30_000);
 
-  it('refuses a --channel-heartbeat that is not a number of seconds from 0.05 to 3600 with 5010', () => {
-    for (const v of ['0', 'abc', '-1', '7200']) {
-      const r = moatBinary(['serve', '--data-dir', join(dir, 'hb'), '--listen', '127.0.0.1:0', '--channel-heartbeat', v]);
-      expect(r.code, v).toBe(2); // usage errors exit 2
-      expect(r.stderr, v).toMatch(/moat: error 5010: --channel-heartbeat .*expected seconds between 0\.05 and 3600/);
-    }
-  });
-
   it('refuses a missing key file with 7096, and one flag without the other with 5010', () => {
     const r = moatBinary(['serve', '--data-dir', join(dir, 'x'), '--listen', '127.0.0.1:0', '--tls-cert', join(dir, 'nope.pem'), '--tls-key', join(dir, 'nope.key')]);
     expect(r.code).toBe(1);
@@ -246,5 +238,15 @@ describe('moat serve with --tls-cert and --tls-key', () => {
     const half = moatBinary(['serve', '--data-dir', join(dir, 'x'), '--listen', '127.0.0.1:0', '--tls-cert', join(dir, 'nope.pem')]);
     expect(half.code).toBe(2);
     expect(half.stderr).toMatch(/moat: error 5010: --tls-cert and --tls-key go together/);
+  });
+});
+
+describe('moat serve --channel-heartbeat', () => {
+  it('refuses a value that is not a number of seconds from 0.05 to 3600 with 5010', () => {
+    for (const v of ['0', 'abc', '-1', '7200']) {
+      const r = moatBinary(['serve', '--data-dir', join(dir, 'hb'), '--listen', '127.0.0.1:0', '--channel-heartbeat', v]);
+      expect(r.code, v).toBe(2); // usage errors exit 2
+      expect(r.stderr, v).toMatch(/moat: error 5010: --channel-heartbeat .*expected seconds between 0\.05 and 3600/);
+    }
   });
 });
