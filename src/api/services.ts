@@ -1,5 +1,6 @@
 // The control plane's composition root: the store-backed services the routes
-// call (auth, rulesets, lists) and the background runners, built once over one
+// call (auth, rulesets, lists, daemons), the control channel's hub and the
+// change feed it listens to, and the background runners, built once over one
 // database. Routes receive the services they need as plugin options; the
 // server starts the runners when it listens and stops them when it closes.
 
