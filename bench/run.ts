@@ -1,8 +1,9 @@
 // Runs the benchmarks: `npm run bench [-- name...]` (names: expr, pcap-reader, pipeline, swap,
-// address-table, inline, api, soak). Without names every benchmark but the 10-minute soak runs. inline and
+// address-table, inline, api, channel, soak). Without names every benchmark but the 10-minute soak runs. inline and
 // soak need root, iperf3 and network namespaces.
 import { runAddressTableBench } from './address-table.bench.js';
 import { runApiBench } from './api.bench.js';
+import { runChannelBench } from './channel.bench.js';
 import { runExprBench } from './expr.bench.js';
 import { runInlineBench } from './inline.bench.js';
 import { runPcapReaderBench } from './pcap-reader.bench.js';
@@ -18,6 +19,7 @@ const BENCHES: Record<string, () => void | Promise<void>> = {
   'address-table': runAddressTableBench,
   inline: runInlineBench,
   api: runApiBench,
+  channel: runChannelBench,
   soak: () => runSoak(Number(process.env.MOAT_SOAK_SECONDS ?? 600)),
 };
 

@@ -11,3 +11,5 @@ export { ApiErrors } from './api-error.js';
 export { RulesetService, PHASES, canonicalPhase, type RulesetView } from './rulesets-service.js';
 export { ListService } from './lists-service.js';
 export { readAccountDeployment, type AccountDeployment } from './account-deployment.js';
+export { ChannelHub, type HubOptions } from './channel-hub.js';
+export { SqliteChangeFeed, type ChangeFeed } from './change-feed.js';

@@ -12,6 +12,7 @@ import { ApiErrors, apiError } from './api-error.js';
 import { RetryLaterError } from './auth.js';
 import { fail } from './envelope.js';
 import { loneSurrogateAt, shownPath } from './request.js';
+import { daemonRoutes } from './routes/daemons.js';
 import { listRoutes } from './routes/lists.js';
 import { notImplementedRoutes } from './routes/not-implemented.js';
 import { healthCheckRoutes } from './routes/health-check.js';
@@ -29,6 +30,8 @@ export interface ServerOptions {
   logger?: Logger | undefined;
   /** Largest accepted request body in bytes (default 16 MiB: bulk list uploads are large). */
   bodyLimit?: number | undefined;
+  /** TLS certificate and key (PEM): the API and the control channel are then served over HTTPS and WSS. */
+  https?: { cert: Buffer; key: Buffer } | undefined;
 }
 
 function toMoatErrors(err: unknown): { status: number; errors: MoatError[] } | undefined {
@@ -174,6 +177,8 @@ export function parseJsonBody(buf: Buffer): unknown {
  */
 export async function buildServer(options: ServerOptions): Promise<FastifyInstance> {
   const app: FastifyInstance = Fastify({
+    // fastify types an HTTPS instance apart; the routes use nothing of it that differs.
+    ...(options.https === undefined ? {} : ({ https: options.https } as object)),
     ...(options.logger === undefined ? { logger: false } : { loggerInstance: options.logger as unknown as FastifyBaseLogger }),
     bodyLimit: options.bodyLimit ?? 16 * 1024 * 1024,
     // Cloudflare ids never need more; long URLs are an attack, not a request.
@@ -276,9 +281,16 @@ export async function buildServer(options: ServerOptions): Promise<FastifyInstan
   await app.register(rulesetRoutes, { prefix: BASE_PATH, services });
   await app.register(listRoutes, { prefix: BASE_PATH, services });
   await app.register(identityRoutes, { prefix: BASE_PATH, services });
+  await app.register(daemonRoutes, { prefix: BASE_PATH, services });
   await app.register(notImplementedRoutes, { prefix: BASE_PATH, services });
   await app.register(healthCheckRoutes, { services });
 
+  // The control channel shares the listener: upgrades to CHANNEL_PATH are its daemons.
+  services.hub.attach(app.server);
+  // Before the listener closes: its upgraded sockets would keep close() waiting.
+  app.addHook('preClose', async () => {
+    await services.hub.stop();
+  });
   app.addHook('onListen', async () => {
     services.runners.start();
   });

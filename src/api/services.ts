@@ -1,9 +1,12 @@
 // The control plane's composition root: the store-backed services the routes
-// call (auth, rulesets, lists) and the background runners, built once over one
+// call (auth, rulesets, lists, daemons), the control channel's hub and the
+// change feed it listens to, and the background runners, built once over one
 // database. Routes receive the services they need as plugin options; the
 // server starts the runners when it listens and stops them when it closes.
 
-import { Users, ListStore, Tokens, type Database } from '../store/index.js';
+import { Users, ListStore, Tokens, Daemons, type Database } from '../store/index.js';
+import { SqliteChangeFeed, type ChangeFeed } from './change-feed.js';
+import { ChannelHub, type HubOptions } from './channel-hub.js';
 import { Auth } from './auth.js';
 import type { AuthLimitOptions } from './auth-limit.js';
 import { DEFAULT_API_LIMITS, type ApiLimits } from './limits.js';
@@ -22,6 +25,10 @@ export interface ServicesOptions {
   authLimit?: Partial<AuthLimitOptions> | undefined;
   /** Where the runners report (default: nowhere). */
   logger?: RunnerLogger | undefined;
+  /** The control channel's settings (heartbeat, hello timeout, per-address cap). */
+  channel?: HubOptions | undefined;
+  /** Where the hub learns of commits (default: this database's own feed). */
+  changes?: ChangeFeed | undefined;
 }
 
 /** The services of one control plane. */
@@ -34,6 +41,12 @@ export interface Services {
   readonly lists: ListService;
   /** The runner that applies queued list item writes. */
   readonly listOperations: ListOperationsRunner;
+  /** Daemons of the control channel: identities and fleet status. */
+  readonly daemons: Daemons;
+  /** Signals after commits, here or in other processes. */
+  readonly changes: ChangeFeed;
+  /** The control channel's server end; the server attaches it to its listener. */
+  readonly hub: ChannelHub;
   /** Every background runner, not started: the server starts them once it listens. */
   readonly runners: Runners;
 }
@@ -44,6 +57,8 @@ export function createServices(options: ServicesOptions): Services {
   const limits: ApiLimits = { ...DEFAULT_API_LIMITS, ...(options.limits ?? {}) };
   const users = options.users ?? new Users(store);
   const listOperations = createListOperations({ lists: new ListStore(store), maxListItems: limits.maxListItems, logger });
+  const changes = options.changes ?? new SqliteChangeFeed(store);
+  const hub = new ChannelHub(store, changes, logger, options.channel);
   return {
     store,
     limits,
@@ -54,6 +69,10 @@ export function createServices(options: ServicesOptions): Services {
     rulesets: new RulesetService(store, limits),
     lists: new ListService(store, limits, () => listOperations.wake()),
     listOperations,
-    runners: new Runners([listOperations]),
+    daemons: new Daemons(store),
+    changes,
+    hub,
+    // The feed starts before the hub subscribes to it; the hub stops first, closing its connections.
+    runners: new Runners([listOperations, changes, hub]),
   };
 }

@@ -9,6 +9,7 @@ import { registerLists } from './commands/lists.js';
 import { registerServe } from './commands/serve.js';
 import { registerUsers } from './commands/users.js';
 import { registerTokens } from './commands/tokens.js';
+import { registerDaemons } from './commands/daemons.js';
 import { registerManaged } from './commands/managed.js';
 import { registerExport } from './commands/export.js';
 import { CliError, formatError, reportError, type Output } from './output.js';
@@ -35,6 +36,7 @@ export async function runCli(argv: readonly string[], out: Output): Promise<numb
   registerServe(program, out);
   registerUsers(program, out);
   registerTokens(program, out);
+  registerDaemons(program, out);
   registerManaged(program, out);
   registerExport(program, out);
   try {

@@ -110,6 +110,7 @@ export const ERRORS = Object.freeze({
   API_HEADERS_TOO_LARGE: def(7017, 431, 'request headers too large'),
   API_REQUEST_TIMEOUT: def(7018, 408, 'request not received in time'),
   API_BAD_ENCODING: def(7019, 400, 'request body is not valid UTF-8, or a string in it has a lone surrogate'),
+  SERVE_TLS: def(7096, 500, 'moat serve cannot use the TLS certificate or key (unreadable, not PEM, or not a pair)'),
   SERVE_LISTEN: def(7097, 500, 'moat serve cannot listen on the address (in use, not local, or privileged)'),
   SERVE_START: def(7098, 500, 'moat serve could not start (the message says why)'),
   API_INTERNAL: def(7099, 500, 'internal error'),
@@ -150,6 +151,7 @@ export const ERRORS = Object.freeze({
   AUTH_TOKEN_READ_ONLY: def(7402, 403, 'a read-only API token cannot write'),
   AUTH_TOO_MANY_FAILURES: def(7403, 429, 'too many failed authentications from this address; retry after Retry-After seconds'),
   AUTH_LEGACY_BUSY: def(7404, 503, 'a key stored with the old scrypt hash cannot be checked now (server-wide budget spent); retry after Retry-After seconds'),
+  DAEMON_NOT_FOUND: def(7500, 404, 'daemon not found'),
 
   // 8xxx: the embedded store
   STORE_OPEN: def(8001, 500, 'cannot open the database'),

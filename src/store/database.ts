@@ -228,14 +228,36 @@ export class Database {
    * Everything or nothing is committed.
    */
   write<T>(fn: () => T): T {
+    const outermost = !this.db.inTransaction;
     try {
-      return this.db.transaction(fn).immediate();
+      const result = this.db.transaction(fn).immediate();
+      if (outermost) this.committed();
+      return result;
     } catch (err) {
       if ((err as { code?: string }).code === 'SQLITE_BUSY') {
         throw new MoatError('STORE_BUSY', 'the database is busy (another writer holds it); try again', { cause: err });
       }
       throw err;
     }
+  }
+
+  private readonly commitListeners = new Set<() => void>();
+
+  /**
+   * Calls `listener` after each write transaction of this connection commits
+   * (group commits and dry runs' rolled-back writes aside: a write that throws
+   * commits nothing). Commits of other processes are not seen here: PRAGMA
+   * data_version tells those (see the control channel's change feed).
+   * Listeners run synchronously inside the writer's call: they only schedule
+   * work. Returns the unsubscribe function.
+   */
+  onCommit(listener: () => void): () => void {
+    this.commitListeners.add(listener);
+    return () => this.commitListeners.delete(listener);
+  }
+
+  private committed(): void {
+    for (const l of this.commitListeners) l();
   }
 
   /** Runs `fn` in a read transaction (a consistent snapshot across several queries). */

@@ -17,3 +17,14 @@ export {
   type ListObject,
 } from './lists.js';
 export { RulesetStore, type StoredRule, type RulesetRow, type VersionRow, type Visibility, type Refs } from './rulesets.js';
+export {
+  Daemons,
+  deploymentFingerprint,
+  DAEMON_TOKEN_PREFIX,
+  type DaemonInfo,
+  type DaemonIdentity,
+  type DaemonCounters,
+  type RunningRuleset,
+  type Rejection,
+  type StatusUpdate,
+} from './daemons.js';

@@ -195,4 +195,42 @@ export const MIGRATIONS: readonly string[] = [
     secret BLOB NOT NULL
   ) STRICT;
   `,
+  // 5: daemons of the control channel (#17). A daemon's token is "moatd_" and
+  // 40 random characters, stored as its SHA-256 (as API tokens are). Fleet
+  // status lives here, not only in the hub's memory, so that \`moat daemons
+  // list\` (another process) and several control planes see the same. The
+  // generation columns count content changes of lists (a trigger on
+  // modified_on), so the hub can tell a list changed without reading it, even
+  // for two changes within one millisecond.
+  `
+  CREATE TABLE daemons (
+    id TEXT PRIMARY KEY,
+    account_id TEXT NOT NULL REFERENCES accounts(id),
+    zone_id TEXT REFERENCES zones(id),
+    name TEXT NOT NULL,
+    hash BLOB NOT NULL UNIQUE,
+    created_on TEXT NOT NULL,
+    revoked_on TEXT,
+    connected INTEGER NOT NULL DEFAULT 0,
+    connected_since TEXT,
+    disconnected_at TEXT,
+    remote_address TEXT,
+    moat_version TEXT,
+    digest TEXT,
+    account_version TEXT,
+    zone_version TEXT,
+    runs TEXT NOT NULL DEFAULT '[]',
+    applied_on TEXT,
+    last_rejection TEXT,
+    counters TEXT,
+    last_seen TEXT,
+    UNIQUE (account_id, name)
+  ) STRICT;
+  ALTER TABLE lists ADD COLUMN generation INTEGER NOT NULL DEFAULT 0;
+  CREATE TRIGGER lists_generation AFTER UPDATE OF modified_on ON lists
+    BEGIN UPDATE lists SET generation = generation + 1 WHERE id = NEW.id; END;
+  ALTER TABLE managed_lists ADD COLUMN generation INTEGER NOT NULL DEFAULT 0;
+  CREATE TRIGGER managed_lists_generation AFTER UPDATE OF modified_on ON managed_lists
+    BEGIN UPDATE managed_lists SET generation = generation + 1 WHERE name = NEW.name; END;
+  `,
 ];

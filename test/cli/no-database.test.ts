@@ -1,4 +1,4 @@
-// Operator commands (users, tokens, lists, managed, export) never create a
+// Operator commands (users, tokens, daemons, lists, managed, export) never create a
 // database: where there is none they exit 1 with error 8005 naming the path and
 // how to get one, and leave no file or directory behind. Only `moat serve`
 // creates it.
@@ -25,6 +25,9 @@ describe('operator commands without a database', () => {
     'tokens list': (d) => ['tokens', 'list', '--data-dir', d],
     'tokens create': (d) => ['tokens', 'create', '--data-dir', d, '--email', 'a@example.com', '--name', 'ci'],
     'tokens revoke': (d) => ['tokens', 'revoke', '--data-dir', d, '--id', newId()],
+    'daemons create': (d) => ['daemons', 'create', '--data-dir', d, '--account', newId(), '--name', 'gw', '--token-file', join(dir, 'never.token')],
+    'daemons list': (d) => ['daemons', 'list', '--data-dir', d],
+    'daemons revoke': (d) => ['daemons', 'revoke', 'gw', '--data-dir', d],
     'lists load-managed': (d) => ['lists', 'load-managed', '--data-dir', d, '--name', 'svc.malware', '--file', listFile],
     'managed import': (d) => ['managed', 'import', '--data-dir', d, '--file', managedFile],
     'managed list': (d) => ['managed', 'list', '--data-dir', d],
@@ -41,6 +44,7 @@ describe('operator commands without a database', () => {
         `moat: error 8005: no database at ${join(data, 'moat.db')}; \`moat serve --data-dir ${data}\` creates it, or point --data-dir (or MOAT_DATA_DIR) at the directory \`moat serve\` uses`,
       );
       expect(existsSync(data)).toBe(false);
+      expect(existsSync(join(dir, 'never.token'))).toBe(false);
     });
   }
 

@@ -9,7 +9,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import Cloudflare from 'cloudflare';
 import type { FastifyInstance } from 'fastify';
-import { buildServer, createServices, type ApiLimits, type AuthLimitOptions, type RulesetView, type Services } from '../../src/api/index.js';
+import { buildServer, createServices, type ApiLimits, type AuthLimitOptions, type HubOptions, type RulesetView, type Services } from '../../src/api/index.js';
 import { Database, newId, type StoredRule, type Users } from '../../src/store/index.js';
 
 /** The SDK's phase type lists Cloudflare's names only; Moat's phase is network_transit. */
@@ -88,13 +88,15 @@ export interface StartApiOptions {
   key?: string;
   accountId?: string;
   zoneId?: string;
+  /** Control channel settings (a short heartbeat or hello timeout for tests). */
+  channel?: HubOptions;
 }
 
 /** Starts a server on 127.0.0.1:0 over `dataDir` (a new temporary one by default). */
 export async function startApi(options: StartApiOptions = {}): Promise<TestApi> {
   const dataDir = options.dataDir ?? mkdtempSync(join(tmpdir(), 'moat-api-'));
   const store = Database.open(dataDir);
-  const services = createServices({ store, limits: options.limits, authLimit: options.authLimit });
+  const services = createServices({ store, limits: options.limits, authLimit: options.authLimit, channel: options.channel });
   const { users } = services;
   const email = options.email ?? 'owner@example.com';
   const accountId = options.accountId ?? newId();
@@ -198,7 +200,7 @@ export async function serveProcess(dataDir: string, extra: readonly string[] = [
       const parts = buffered.split('\n');
       buffered = parts.pop()!;
       lines.push(...parts);
-      found ??= parts.map((l) => /listening on (http:\/\/\S+)/.exec(l)?.[1]).find((u) => u !== undefined);
+      found ??= parts.map((l) => /listening on (https?:\/\/\S+)/.exec(l)?.[1]).find((u) => u !== undefined);
       if (found !== undefined && lines.some((l) => l.includes('try: curl') || /\d+ user\(s\)/.test(l))) {
         clearTimeout(timer);
         resolve(found);

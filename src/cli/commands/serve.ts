@@ -3,12 +3,13 @@
 // empty database and says how to reach the API with it, then serves
 // Cloudflare's v4 API under /client/v4 until SIGTERM or SIGINT.
 
-import { writeFileSync } from 'node:fs';
+import { readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { Option, type Command } from 'commander';
 import type { FastifyInstance } from 'fastify';
 import { pino, type Logger } from 'pino';
 import { buildServer, createServices, BASE_PATH, DEFAULT_AUTH_LIMIT } from '../../api/index.js';
+import { CHANNEL_PATH, HEARTBEAT_SECONDS } from '../../channel/index.js';
 import { hostPortProblem } from '../../config/index.js';
 import { MoatError } from '../../errors/index.js';
 import { Database, isWellFormedEmail, newId, secureDataDir, type Users } from '../../store/index.js';
@@ -29,6 +30,9 @@ interface ServeFlags {
   firstUserEmail?: string;
   authFailLimit: string;
   authFailWindow: string;
+  channelHeartbeat: string;
+  tlsCert?: string;
+  tlsKey?: string;
 }
 
 /** A whole number in [min, max] given to `flag`, or a usage error naming it. */
@@ -36,6 +40,27 @@ function wholeNumber(flag: string, value: string, min: number, max: number): num
   const n = /^\d{1,9}$/.test(value) ? Number(value) : NaN;
   if (!(n >= min && n <= max)) throw new CliError(`${flag} ${JSON.stringify(value.slice(0, 40))}: expected a whole number from ${min} to ${max}`);
   return n;
+}
+
+/** --channel-heartbeat: seconds, a positive number up to an hour (fractions for tests). */
+function heartbeatSeconds(v: string): number {
+  const n = Number(v);
+  if (!/^\d+(\.\d+)?$/.test(v) || !(n >= 0.05 && n <= 3600)) throw new CliError(`--channel-heartbeat ${v}: expected seconds between 0.05 and 3600, e.g. 10`);
+  return n;
+}
+
+/** Reads --tls-cert and --tls-key (both or neither): PEM files. */
+function readTls(flags: ServeFlags): { cert: Buffer; key: Buffer } | undefined {
+  if (flags.tlsCert === undefined && flags.tlsKey === undefined) return undefined;
+  if (flags.tlsCert === undefined || flags.tlsKey === undefined) throw new CliError('--tls-cert and --tls-key go together: give both PEM files, or neither for plain HTTP');
+  const read = (flag: string, path: string): Buffer => {
+    try {
+      return readFileSync(path);
+    } catch (err) {
+      throw new MoatError('SERVE_TLS', `${flag} ${path}: cannot read: ${(err as NodeJS.ErrnoException).code ?? (err as Error).message}`, { cause: err });
+    }
+  };
+  return { cert: read('--tls-cert', flags.tlsCert), key: read('--tls-key', flags.tlsKey) };
 }
 
 /** Splits HOST:PORT (IPv6 hosts in brackets). */
@@ -57,6 +82,9 @@ export function registerServe(program: Command, out: Output): void {
     .addOption(new Option('--data-dir <dir>', 'directory of the database (created when missing)').default(DEFAULT_DATA_DIR, `${JSON.stringify(DEFAULT_DATA_DIR)}: $MOAT_DATA_DIR when set, else ./moat-data`))
     .option('--listen <host:port>', 'address to listen on', DEFAULT_LISTEN)
     .option('--log-level <level>', 'log level: fatal, error, warn, info, debug', 'info')
+    .option('--channel-heartbeat <seconds>', 'seconds between heartbeats on the control channel; a daemon silent for 3 is disconnected', String(HEARTBEAT_SECONDS))
+    .option('--tls-cert <file>', 'serve the API and the control channel over HTTPS/WSS with this PEM certificate (chain) and --tls-key')
+    .option('--tls-key <file>', 'the PEM private key of --tls-cert')
     .option('--write-first-user', "also write the first user's key to <data-dir>/first-user.json (mode 0600) when this start creates it; without it the key is only printed")
     .option('--first-user-email <email>', `email of the user created on an empty database (default ${FIRST_USER_EMAIL}, which anyone can guess)`)
     .option('--auth-fail-limit <n>', 'failed authentications an address may make per window before its failures are answered 429 (0: no limit)', String(DEFAULT_AUTH_LIMIT.maxFailures))
@@ -70,6 +98,7 @@ export function registerServe(program: Command, out: Output): void {
         maxFailures: wholeNumber('--auth-fail-limit', flags.authFailLimit, 0, 1_000_000),
         windowSeconds: wholeNumber('--auth-fail-window', flags.authFailWindow, 1, 86_400),
       };
+      const heartbeat = heartbeatSeconds(flags.channelHeartbeat);
       if (!['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'].includes(flags.logLevel)) throw new CliError(`--log-level ${flags.logLevel}: unknown level`);
       // Every startup failure is one line with a code and exit 1 (see startupError).
       let store: Database | undefined;
@@ -82,8 +111,15 @@ export function registerServe(program: Command, out: Output): void {
         for (const line of secureDataDir(flags.dataDir)) out.stderr(`moat: tightened ${line}`);
         store = Database.open(flags.dataDir);
         const log = pino({ level: flags.logLevel, base: { service: 'moat-api' } });
-        const services = createServices({ store, logger: log, authLimit });
-        app = await buildServer({ services, logger: log });
+        const https = readTls(flags);
+        const services = createServices({ store, logger: log, authLimit, channel: { heartbeatSeconds: heartbeat } });
+        try {
+          app = await buildServer({ services, logger: log, https });
+        } catch (err) {
+          // A certificate and key that do not parse or do not match fail here, in node's TLS layer.
+          if (https !== undefined && !(err instanceof MoatError)) throw new MoatError('SERVE_TLS', `--tls-cert/--tls-key: ${(err as Error).message}`, { cause: err });
+          throw err;
+        }
         try {
           // The runners start once this resolves: a busy port starts no work,
           // and the first user is created only by a server that listens.
@@ -153,8 +189,10 @@ async function running(
   // picks it, and the printed URL is how callers find the server.
   const addr = app.server.address();
   const bound = addr !== null && typeof addr === 'object' ? addr.port : port;
-  const url = `http://${shown}:${bound}${BASE_PATH}`;
+  const tls = flags.tlsCert !== undefined;
+  const url = `${tls ? 'https' : 'http'}://${shown}:${bound}${BASE_PATH}`;
   out.stdout(`moat: control plane listening on ${url} (database ${store.file})`);
+  out.stdout(`moat: control channel for daemons on ${tls ? 'wss' : 'ws'}://${shown}:${bound}${CHANNEL_PATH}`);
   if (first !== undefined) {
     const saved = flags.writeFirstUser === true ? `; it is also in ${join(flags.dataDir, 'first-user.json')}, mode 0600: delete that file once the key is stored elsewhere` : '; keep it now (--write-first-user would also write it to a 0600 file)';
     out.stdout(`moat: created the first user (the key is shown once${saved}):`);
