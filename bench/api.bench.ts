@@ -1,6 +1,8 @@
 // Control-plane throughput and latency: `moat serve` (the built binary, its own
 // process, a real SQLite file) under a load generator (autocannon) on loopback.
-//   * reading an entrypoint of 50 rules (GET .../rulesets/phases/network_transit/entrypoint);
+//   * reading an entrypoint of 50 rules (GET .../rulesets/phases/network_transit/entrypoint),
+//     authenticated as a client would be: with X-Auth-Email/X-Auth-Key, with an
+//     API token (Authorization: Bearer), and revalidating with If-None-Match (304, no body);
 //   * adding a rule (POST .../rulesets/{id}/rules), round-robin over 100 rulesets
 //     so none reaches the 200-rule cap; every add is a new durable version.
 // References in the same run:
@@ -16,7 +18,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import autocannon from 'autocannon';
 import BetterSqlite3 from 'better-sqlite3';
-import { Database, Users, newId } from '../src/store/index.js';
+import { Database, Tokens, Users, newId } from '../src/store/index.js';
 
 const SECONDS = Number(process.env.MOAT_BENCH_API_SECONDS ?? 10);
 const CONNECTIONS = Number(process.env.MOAT_BENCH_API_CONNECTIONS ?? 16);
@@ -72,19 +74,21 @@ interface Load {
   p50: number;
   p99: number;
   non2xx: number;
+  status304: number;
   errors: number;
   total: number;
 }
 
 async function load(opts: autocannon.Options): Promise<Load> {
   const r = await autocannon({ connections: CONNECTIONS, duration: SECONDS, ...opts });
-  return { rps: r.requests.average, p50: r.latency.p50, p99: r.latency.p99, non2xx: r.non2xx, errors: r.errors + r.timeouts, total: r.requests.total };
+  const status304 = (r as unknown as { statusCodeStats?: Record<string, { count: number }> }).statusCodeStats?.['304']?.count ?? 0;
+  return { rps: r.requests.average, p50: r.latency.p50, p99: r.latency.p99, non2xx: r.non2xx, status304, errors: r.errors + r.timeouts, total: r.requests.total };
 }
 
 function line(name: string, l: Load, ref?: Load): void {
   const ratio = ref === undefined ? '' : `  (${(l.rps / ref.rps).toFixed(2)}x the reference)`;
   console.log(
-    `${name.padEnd(46)} ${l.rps.toFixed(0).padStart(7)} req/s  p50 ${String(l.p50).padStart(4)} ms  p99 ${String(l.p99).padStart(4)} ms  (${l.total} requests, ${l.non2xx} non-2xx, ${l.errors} errors)${ratio}`,
+    `${name.padEnd(46)} ${l.rps.toFixed(0).padStart(7)} req/s  p50 ${String(l.p50).padStart(4)} ms  p99 ${String(l.p99).padStart(4)} ms  (${l.total} requests, ${l.status304 > 0 ? `${l.status304} 304, ` : ''}${l.non2xx - l.status304} other non-2xx, ${l.errors} errors)${ratio}`,
   );
 }
 
@@ -118,9 +122,12 @@ export async function runApiBench(): Promise<void> {
   const email = 'bench@example.com';
   const account = newId();
   const key = 'k' + newId();
+  let token: string;
   {
     const store = Database.open(dataDir);
-    new Users(store).create({ email, accounts: [account], key });
+    const users = new Users(store);
+    users.create({ email, accounts: [account], key });
+    token = new Tokens(store, users).create({ email, name: 'bench', readOnly: true }).token;
     store.close();
   }
   const { child, base } = await startServer(dataDir);
@@ -130,15 +137,25 @@ export async function runApiBench(): Promise<void> {
     const put = await fetch(`${base}/accounts/${account}/rulesets/phases/network_transit/entrypoint`, { method: 'PUT', headers, body: JSON.stringify({ rules: rules50() }) });
     if (put.status !== 200) throw new Error(`setup PUT failed: ${put.status} ${await put.text()}`);
     const entryUrl = `${base}/accounts/${account}/rulesets/phases/network_transit/entrypoint`;
-    const entryBody = await (await fetch(entryUrl, { headers })).text();
+    const first = await fetch(entryUrl, { headers });
+    const entryBody = await first.text();
+    const etag = first.headers.get('etag');
+    if (etag === null) throw new Error('GET entrypoint answered without an ETag');
 
     const bare = await bareServer(entryBody);
     children.push(bare.child);
     const ref = await load({ url: bare.url });
     const get = await load({ url: entryUrl, headers });
+    const bearer = { authorization: `Bearer ${token}` };
+    const getToken = await load({ url: entryUrl, headers: bearer });
+    const revalidate = await load({ url: entryUrl, headers: { ...bearer, 'if-none-match': etag } });
     line(`bare node:http, same ${entryBody.length}-byte body`, ref);
-    line('GET entrypoint (50 rules)', get, ref);
+    line('GET entrypoint (50 rules), X-Auth-Key', get, ref);
+    line('GET entrypoint (50 rules), API token', getToken, ref);
+    line('GET entrypoint, API token, If-None-Match: 304', revalidate, ref);
     bare.child.kill();
+    // 304 is not 2xx: count what was not a 304 as the failures of that load.
+    const not304 = revalidate.total - revalidate.status304;
 
     const ids: string[] = [];
     for (let i = 0; i < 100; i++) {
@@ -169,7 +186,7 @@ export async function runApiBench(): Promise<void> {
     console.log(`${'durable-write floor (1 fsynced tx per insert)'.padEnd(46)} ${floor.perSec.toFixed(0).padStart(7)} tx/s               p99 ${floor.p99.toFixed(1)} ms (in process, no HTTP)`);
     line('POST rule (new version each, 100 rulesets)', add);
     console.log(`add-rule throughput is ${(add.rps / floor.perSec).toFixed(2)}x the durable-write floor; database now ${(statSync(join(dataDir, 'moat.db')).size / 1e6).toFixed(1)} MB`);
-    if (get.non2xx + get.errors + add.non2xx + add.errors > 0) console.log('WARNING: some requests failed; the figures above are not valid');
+    if (get.non2xx + get.errors + getToken.non2xx + getToken.errors + not304 + revalidate.errors + add.non2xx + add.errors > 0) console.log('WARNING: some requests failed; the figures above are not valid');
   } finally {
     for (const c of children) c.kill('SIGTERM');
     rmSync(dir, { recursive: true, force: true });

@@ -66,7 +66,7 @@ export class RulesetService {
 
   // ---- reading -------------------------------------------------------------
 
-  private visible(row: RulesetRow | undefined, scope: Scope): row is RulesetRow {
+  private visible<R extends Pick<RulesetRow, 'kind' | 'account_id' | 'zone_id'>>(row: R | undefined, scope: Scope): row is R {
     if (row === undefined) return false;
     if (row.kind === 'managed') return true;
     return scope.level === 'account' ? row.account_id === scope.accountId && row.zone_id === null : row.zone_id === scope.zoneId;

@@ -44,11 +44,16 @@ export interface VersionRow {
 }
 
 /**
- * A ruleset row with the identity of one of its versions: its number and the
- * random token of its row. Versions are immutable and a token is never given
- * twice, so (id, version, token) names one version's content for good.
+ * What a cached read of a version needs: the ruleset's visibility and the
+ * identity of one of its versions, its number and the random token of its row.
+ * Versions are immutable and a token is never given twice, so (id, version,
+ * token) names one version's content for good.
  */
-export interface VersionStamp extends RulesetRow {
+export interface VersionStamp {
+  id: string;
+  kind: string;
+  account_id: string | null;
+  zone_id: string | null;
   stamp_version: number;
   stamp_token: number;
 }
@@ -60,9 +65,8 @@ export interface Visibility {
 }
 
 const RS_COLUMNS = 'rowid, id, account_id, zone_id, kind, phase, name, description, latest_version, last_version, created_on';
-const STAMP_COLUMNS = `${RS_COLUMNS.split(', ')
-  .map((c) => `r.${c}`)
-  .join(', ')}, v.version AS stamp_version, v.token AS stamp_token`;
+// Only what a stamp needs: every column read is a value converted per request.
+const STAMP_COLUMNS = 'r.id, r.kind, r.account_id, r.zone_id, v.version AS stamp_version, v.token AS stamp_token';
 
 function deepFreeze<T>(o: T): T {
   if (typeof o === 'object' && o !== null && !Object.isFrozen(o)) {
