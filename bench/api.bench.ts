@@ -13,7 +13,7 @@
 // Knobs: MOAT_BENCH_API_SECONDS (default 10), MOAT_BENCH_API_CONNECTIONS (default 16).
 
 import { spawn, type ChildProcess } from 'node:child_process';
-import { mkdtempSync, rmSync, statSync } from 'node:fs';
+import { existsSync, mkdtempSync, readFileSync, rmSync, statSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import autocannon from 'autocannon';
@@ -77,18 +77,39 @@ interface Load {
   status304: number;
   errors: number;
   total: number;
+  /** The server process's CPU microseconds per request, when known. */
+  cpuPerRequest: number | undefined;
 }
 
-async function load(opts: autocannon.Options): Promise<Load> {
+/**
+ * CPU time (user + system, microseconds) a process has used, from
+ * /proc/PID/stat (Linux; undefined elsewhere). Throughput here is shared with
+ * the load generator on the same cores, and the bare server is often limited
+ * by the client, not by itself: the server's CPU per request is the figure
+ * that does not depend on who else runs.
+ */
+function cpuMicros(pid: number | undefined): number | undefined {
+  const file = `/proc/${pid}/stat`;
+  if (pid === undefined || !existsSync(file)) return undefined;
+  // Fields after the command name: utime and stime are the 12th and 13th, in clock ticks (100 per second on Linux).
+  const f = readFileSync(file, 'utf8').split(') ')[1]!.split(' ');
+  return (Number(f[11]) + Number(f[12])) * 10_000;
+}
+
+async function load(opts: autocannon.Options, server?: ChildProcess): Promise<Load> {
+  const cpu0 = cpuMicros(server?.pid);
   const r = await autocannon({ connections: CONNECTIONS, duration: SECONDS, ...opts });
+  const cpu1 = cpuMicros(server?.pid);
   const status304 = (r as unknown as { statusCodeStats?: Record<string, { count: number }> }).statusCodeStats?.['304']?.count ?? 0;
-  return { rps: r.requests.average, p50: r.latency.p50, p99: r.latency.p99, non2xx: r.non2xx, status304, errors: r.errors + r.timeouts, total: r.requests.total };
+  const cpuPerRequest = cpu0 === undefined || cpu1 === undefined || r.requests.total === 0 ? undefined : (cpu1 - cpu0) / r.requests.total;
+  return { rps: r.requests.average, p50: r.latency.p50, p99: r.latency.p99, non2xx: r.non2xx, status304, errors: r.errors + r.timeouts, total: r.requests.total, cpuPerRequest };
 }
 
 function line(name: string, l: Load, ref?: Load): void {
   const ratio = ref === undefined ? '' : `  (${(l.rps / ref.rps).toFixed(2)}x the reference)`;
+  const cpu = l.cpuPerRequest === undefined ? '' : `  server CPU ${l.cpuPerRequest.toFixed(0)} us/req`;
   console.log(
-    `${name.padEnd(46)} ${l.rps.toFixed(0).padStart(7)} req/s  p50 ${String(l.p50).padStart(4)} ms  p99 ${String(l.p99).padStart(4)} ms  (${l.total} requests, ${l.status304 > 0 ? `${l.status304} 304, ` : ''}${l.non2xx - l.status304} other non-2xx, ${l.errors} errors)${ratio}`,
+    `${name.padEnd(46)} ${l.rps.toFixed(0).padStart(7)} req/s  p50 ${String(l.p50).padStart(4)} ms  p99 ${String(l.p99).padStart(4)} ms  (${l.total} requests, ${l.status304 > 0 ? `${l.status304} 304, ` : ''}${l.non2xx - l.status304} other non-2xx, ${l.errors} errors)${cpu}${ratio}`,
   );
 }
 
@@ -144,11 +165,11 @@ export async function runApiBench(): Promise<void> {
 
     const bare = await bareServer(entryBody);
     children.push(bare.child);
-    const ref = await load({ url: bare.url });
-    const get = await load({ url: entryUrl, headers });
+    const ref = await load({ url: bare.url }, bare.child);
+    const get = await load({ url: entryUrl, headers }, child);
     const bearer = { authorization: `Bearer ${token}` };
-    const getToken = await load({ url: entryUrl, headers: bearer });
-    const revalidate = await load({ url: entryUrl, headers: { ...bearer, 'if-none-match': etag } });
+    const getToken = await load({ url: entryUrl, headers: bearer }, child);
+    const revalidate = await load({ url: entryUrl, headers: { ...bearer, 'if-none-match': etag } }, child);
     line(`bare node:http, same ${entryBody.length}-byte body`, ref);
     line('GET entrypoint (50 rules), X-Auth-Key', get, ref);
     line('GET entrypoint (50 rules), API token', getToken, ref);
@@ -164,7 +185,8 @@ export async function runApiBench(): Promise<void> {
     }
     let n = 0;
     const floor = writeFloor(dir);
-    const add = await load({
+    const add = await load(
+      {
       url: base,
       headers,
       // Cap the adds so that no ruleset passes the 200-rule limit (100 rulesets x 190 rules).
@@ -182,7 +204,9 @@ export async function runApiBench(): Promise<void> {
           },
         },
       ],
-    });
+      },
+      child,
+    );
     console.log(`${'durable-write floor (1 fsynced tx per insert)'.padEnd(46)} ${floor.perSec.toFixed(0).padStart(7)} tx/s               p99 ${floor.p99.toFixed(1)} ms (in process, no HTTP)`);
     line('POST rule (new version each, 100 rulesets)', add);
     console.log(`add-rule throughput is ${(add.rps / floor.perSec).toFixed(2)}x the durable-write floor; database now ${(statSync(join(dataDir, 'moat.db')).size / 1e6).toFixed(1)} MB`);
