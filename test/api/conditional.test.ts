@@ -140,3 +140,26 @@ describe('a listing with If-None-Match', () => {
     expect([v2.status, v2.json.result.map((x: { version: string }) => x.version)]).toEqual([200, ['1', '2']]);
   });
 });
+
+describe('an IP list read with If-None-Match', () => {
+  it('answers 304 while the list is unchanged, and 200 with a new tag once its description changes', async () => {
+    const owner = api.newUser();
+    const lists = `/accounts/${owner.accountId}/rules/lists`;
+    const created = await owner.call('POST', lists, { name: 'office', kind: 'ip', description: 'before' });
+    expect(created.status).toBe(200);
+    const one = `${lists}/${created.json.result.id as string}`;
+    for (const path of [lists, one, `${one}/items`]) {
+      const first = await owner.call('GET', path);
+      const tag = first.headers.get('etag')!;
+      expect([first.status, first.headers.get('cache-control')]).toEqual([200, 'private, no-cache']);
+      expect(tag).toMatch(/^"[A-Za-z0-9_-]{27}"$/);
+      const same = await owner.call('GET', path, undefined, { 'If-None-Match': tag });
+      expect([same.status, same.text]).toEqual([304, '']);
+    }
+    const before = await owner.call('GET', one);
+    expect((await owner.call('PUT', one, { description: 'after' })).status).toBe(200);
+    const after = await owner.call('GET', one, undefined, { 'If-None-Match': before.headers.get('etag')! });
+    expect([after.status, after.json.result.description]).toEqual([200, 'after']);
+    expect(after.headers.get('etag')).not.toBe(before.headers.get('etag'));
+  });
+});
