@@ -220,23 +220,23 @@ export async function runApiBench(): Promise<void> {
     const floor = writeFloor(dir);
     const add = await load(
       {
-      url: base,
-      headers,
-      // Cap the adds so that no ruleset passes the 200-rule limit (100 rulesets x 190 rules).
-      amount: 19_000,
-      requests: [
-        {
-          method: 'POST',
-          setupRequest: (req) => {
-            const i = n++;
-            return {
-              ...req,
-              path: `/client/v4/accounts/${account}/rulesets/${ids[i % ids.length]}/rules`,
-              body: JSON.stringify({ action: 'block', expression: `tcp.dstport == ${1 + (i % 65535)} and ip.src in {192.0.2.0/24}`, description: `bench ${i}` }),
-            };
+        url: base,
+        headers,
+        // Cap the adds so that no ruleset passes the 200-rule limit (100 rulesets x 190 rules).
+        amount: 19_000,
+        requests: [
+          {
+            method: 'POST',
+            setupRequest: (req) => {
+              const i = n++;
+              return {
+                ...req,
+                path: `/client/v4/accounts/${account}/rulesets/${ids[i % ids.length]}/rules`,
+                body: JSON.stringify({ action: 'block', expression: `tcp.dstport == ${1 + (i % 65535)} and ip.src in {192.0.2.0/24}`, description: `bench ${i}` }),
+              };
+            },
           },
-        },
-      ],
+        ],
       },
       child,
     );

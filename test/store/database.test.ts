@@ -174,9 +174,11 @@ describe('read transactions', () => {
   it('end their transaction when the reader throws, and run inside a transaction already open', () => {
     const store = Database.open(tempDir());
     try {
-      expect(thrown(() => store.read(() => {
-        throw new Error('reader failed');
-      })).message).toBe('reader failed');
+      const failing = () =>
+        store.read(() => {
+          throw new Error('reader failed');
+        });
+      expect(thrown(failing).message).toBe('reader failed');
       expect(store.db.inTransaction).toBe(false);
       // Inside a write, a read sees the write's own rows and leaves the transaction to it.
       const inside = store.write(() => {
