@@ -13,6 +13,8 @@ export interface ApiLimits {
   maxLists: number;
   /** Largest page size of list endpoints. */
   maxPerPage: number;
+  /** Bytes of serialized ruleset versions kept for GETs (0: none; every GET serializes). */
+  responseCacheBytes: number;
 }
 
 /** The defaults. */
@@ -22,4 +24,6 @@ export const DEFAULT_API_LIMITS: ApiLimits = Object.freeze({
   maxListItems: 1_000_000,
   maxLists: 1000,
   maxPerPage: 1000,
+  // About 1,200 versions of 200 rules (~55 KB each), or 5,000 of 50.
+  responseCacheBytes: 64 * 1024 * 1024,
 });

@@ -8,9 +8,12 @@
 import type { MoatError } from '../errors/index.js';
 import { checkExpression } from '../expr/index.js';
 import { TRANSIT_SCHEME } from '../packet/index.js';
-import { ListStore, newId, nowStamp, RulesetStore, type Database, type RulesetRow, type StoredRule } from '../store/index.js';
+import { ListStore, newId, nowStamp, RulesetStore, type Database, type RulesetRow, type StoredRule, type VersionStamp } from '../store/index.js';
 import { ApiErrors, apiError, invalidField } from './api-error.js';
 import type { Scope } from './auth.js';
+import { digestEtag } from './conditional.js';
+import { ok } from './envelope.js';
+import { ResponseCache, type CachedResponse } from './response-cache.js';
 import type { ApiLimits } from './limits.js';
 import { isObject, loneSurrogateAt, unknownFields } from './request.js';
 import { validateRule, type ManagedTarget, type RuleEnv, type RuleInput } from './rule-input.js';
@@ -49,6 +52,8 @@ type Position = { kind: 'before' | 'after'; ruleId: string } | { kind: 'index'; 
 export class RulesetService {
   readonly rulesets: RulesetStore;
   private readonly lists: ListStore;
+  /** The v4 envelopes of versions GETs answered, by stamp (see cachedView). */
+  readonly responses: ResponseCache;
 
   constructor(
     private readonly store: Database,
@@ -56,11 +61,12 @@ export class RulesetService {
   ) {
     this.rulesets = new RulesetStore(store);
     this.lists = new ListStore(store);
+    this.responses = new ResponseCache(limits.responseCacheBytes);
   }
 
   // ---- reading -------------------------------------------------------------
 
-  private visible(row: RulesetRow | undefined, scope: Scope): row is RulesetRow {
+  private visible<R extends Pick<RulesetRow, 'kind' | 'account_id' | 'zone_id'>>(row: R | undefined, scope: Scope): row is R {
     if (row === undefined) return false;
     if (row.kind === 'managed') return true;
     return scope.level === 'account' ? row.account_id === scope.accountId && row.zone_id === null : row.zone_id === scope.zoneId;
@@ -180,6 +186,80 @@ export class RulesetService {
     return this.store.read(() => {
       const row = this.entrypointRow(scope, phase);
       return this.view(row, versionNumber(version, row.id));
+    });
+  }
+
+  // ---- cached reads ------------------------------------------------------------
+  //
+  // GET of a ruleset, of one of its versions, of an entrypoint and of an
+  // entrypoint's version all answer one version's envelope, whose bytes never
+  // change (name, kind and phase are immutable; a version is never rewritten).
+  // Each request reads the version's stamp (one indexed query) and looks its
+  // bytes up by it: a write by this or another process makes a new stamp the
+  // latest, so a stale answer is impossible rather than invalidated. For the
+  // entrypoint of 50 rules of bench/api.bench.ts, building the view and
+  // serializing its 13 KB took 74-92 us per GET (in process); a hit takes 10.
+
+  /** GET /rulesets/{id}: the latest version's envelope. */
+  getResponse(scope: Scope, id: string): CachedResponse {
+    return this.cachedView(
+      scope,
+      () => this.rulesets.stamp(id),
+      () => this.get(scope, id),
+    );
+  }
+
+  /** GET /rulesets/{id}/versions/{version}. */
+  versionResponse(scope: Scope, id: string, version: string): CachedResponse {
+    const n = cacheableVersion(version);
+    return this.cachedView(
+      scope,
+      () => (n === undefined ? undefined : this.rulesets.stamp(id, n)),
+      () => this.version(scope, id, version),
+    );
+  }
+
+  /** GET /rulesets/phases/{phase}/entrypoint. */
+  entrypointResponse(scope: Scope, phase: string): CachedResponse {
+    const p = canonicalPhase(phase);
+    return this.cachedView(
+      scope,
+      () => (p === undefined ? undefined : this.rulesets.entrypointStamp({ accountId: scope.accountId, zoneId: scope.zoneId }, p)),
+      () => this.entrypoint(scope, phase),
+    );
+  }
+
+  /** GET /rulesets/phases/{phase}/entrypoint/versions/{version}. */
+  entrypointVersionResponse(scope: Scope, phase: string, version: string): CachedResponse {
+    const p = canonicalPhase(phase);
+    const n = cacheableVersion(version);
+    return this.cachedView(
+      scope,
+      () => (p === undefined || n === undefined ? undefined : this.rulesets.entrypointStamp({ accountId: scope.accountId, zoneId: scope.zoneId }, p, n)),
+      () => this.entrypointVersion(scope, phase, version),
+    );
+  }
+
+  /**
+   * The bytes of `uncached()`'s envelope, from the cache when the stamp read
+   * now names an entry. A miss (or no stamp: not found, not visible, a bad
+   * path) takes the uncached path, whose errors are the answer; its view and
+   * the stamp it is kept under are read in one snapshot.
+   */
+  private cachedView(scope: Scope, stamp: () => VersionStamp | undefined, uncached: () => RulesetView): CachedResponse {
+    const s = stamp();
+    if (s !== undefined && this.visible(s, scope)) {
+      const hit = this.responses.get(stampKey(s));
+      if (hit !== undefined) return hit;
+    }
+    return this.store.read(() => {
+      const view = uncached();
+      const body = Buffer.from(JSON.stringify(ok(view)));
+      const t = stamp();
+      if (t === undefined || t.id !== view.id || String(t.stamp_version) !== view.version) return { body, etag: digestEtag(body) };
+      const answer: CachedResponse = { body, etag: `"${t.id}-${t.stamp_version}-${t.stamp_token.toString(36)}"` };
+      this.responses.set(stampKey(t), answer);
+      return answer;
     });
   }
 
@@ -663,6 +743,15 @@ function refsOfStored(rules: readonly StoredRule[]): { lists: string[]; executes
 function executeRef(r: StoredRule): { id: string; version: number | null } {
   const v = r.action_parameters?.['version'];
   return { id: r.action_parameters!['id'] as string, version: typeof v === 'string' && /^\d+$/.test(v) ? Number(v) : null };
+}
+
+function stampKey(s: VersionStamp): string {
+  return `${s.id}/${s.stamp_version}/${s.stamp_token}`;
+}
+
+/** A version path segment's number when it is one (else the uncached path answers the error). */
+function cacheableVersion(v: string): number | undefined {
+  return /^[1-9][0-9]{0,15}$/.test(v) ? Number(v) : undefined;
 }
 
 /** Parses a version path segment ("1", "2", ...). */

@@ -245,11 +245,14 @@ export async function buildServer(options: ServerOptions): Promise<FastifyInstan
     req.principal = services.auth.authenticate(req);
   });
 
-  // One access line per request at debug level (`moat serve --log-level debug`);
-  // at the default level pino makes this a no-op.
-  app.addHook('onResponse', async (req, reply) => {
-    req.log.debug({ method: req.method, url: req.url, status: reply.statusCode, ms: Math.round(reply.elapsedTime * 10) / 10, user: req.principal?.email }, 'request');
-  });
+  // One access line per request at debug level (`moat serve --log-level debug`).
+  // Only then is the hook added: at other levels it would still cost every
+  // request a promise and the line's object (the level never changes at run time).
+  if (options.logger?.isLevelEnabled('debug') === true) {
+    app.addHook('onResponse', async (req, reply) => {
+      req.log.debug({ method: req.method, url: req.url, status: reply.statusCode, ms: Math.round(reply.elapsedTime * 10) / 10, user: req.principal?.email }, 'request');
+    });
+  }
 
   app.setErrorHandler((err, req, reply) => {
     const mapped = toMoatErrors(err);

@@ -16,7 +16,7 @@ export {
   type ListItemObject,
   type ListObject,
 } from './lists.js';
-export { RulesetStore, type StoredRule, type RulesetRow, type VersionRow, type Visibility, type Refs } from './rulesets.js';
+export { RulesetStore, type StoredRule, type RulesetRow, type VersionRow, type VersionStamp, type Visibility, type Refs } from './rulesets.js';
 export {
   Daemons,
   deploymentFingerprint,

@@ -43,6 +43,21 @@ export interface VersionRow {
   rules: StoredRule[];
 }
 
+/**
+ * What a cached read of a version needs: the ruleset's visibility and the
+ * identity of one of its versions, its number and the random token of its row.
+ * Versions are immutable and a token is never given twice, so (id, version,
+ * token) names one version's content for good.
+ */
+export interface VersionStamp {
+  id: string;
+  kind: string;
+  account_id: string | null;
+  zone_id: string | null;
+  stamp_version: number;
+  stamp_token: number;
+}
+
 /** Which rulesets a listing shows. */
 export interface Visibility {
   accountId: string;
@@ -50,6 +65,8 @@ export interface Visibility {
 }
 
 const RS_COLUMNS = 'rowid, id, account_id, zone_id, kind, phase, name, description, latest_version, last_version, created_on';
+// Only what a stamp needs: every column read is a value converted per request.
+const STAMP_COLUMNS = 'r.id, r.kind, r.account_id, r.zone_id, v.version AS stamp_version, v.token AS stamp_token';
 
 function deepFreeze<T>(o: T): T {
   if (typeof o === 'object' && o !== null && !Object.isFrozen(o)) {
@@ -110,6 +127,35 @@ export class RulesetStore {
             .prepare(`SELECT ${RS_COLUMNS} FROM rulesets WHERE (zone_id = ? OR kind = 'managed') AND rowid > ? ORDER BY rowid LIMIT ?`)
             .all(level.zoneId, afterRowid, limit)
     ) as RulesetRow[];
+  }
+
+  // The stamps: one statement each (a consistent snapshot without a
+  // transaction), by primary key or the entrypoint's index. They are what every
+  // cached read of a version pays, so that a cache keyed by them cannot serve
+  // a version another process deleted or made no longer the latest.
+
+  /** A ruleset and the stamp of its latest version (or of `version`), or undefined when either is missing. */
+  stamp(id: string, version?: number): VersionStamp | undefined {
+    const db = this.store.db;
+    return (
+      version === undefined
+        ? db.prepare(`SELECT ${STAMP_COLUMNS} FROM rulesets r JOIN ruleset_versions v ON v.ruleset_id = r.id AND v.version = r.latest_version WHERE r.id = ?`).get(id)
+        : db.prepare(`SELECT ${STAMP_COLUMNS} FROM rulesets r JOIN ruleset_versions v ON v.ruleset_id = r.id AND v.version = ? WHERE r.id = ?`).get(version, id)
+    ) as VersionStamp | undefined;
+  }
+
+  /** The entrypoint of a phase at a level and the stamp of its latest version (or of `version`), or undefined. */
+  entrypointStamp(level: Visibility, phase: string, version?: number): VersionStamp | undefined {
+    const db = this.store.db;
+    const on = version === undefined ? 'v.version = r.latest_version' : 'v.version = ?';
+    const args: unknown[] = version === undefined ? [] : [version];
+    return (
+      level.zoneId === null
+        ? db
+            .prepare(`SELECT ${STAMP_COLUMNS} FROM rulesets r JOIN ruleset_versions v ON v.ruleset_id = r.id AND ${on} WHERE r.account_id = ? AND r.zone_id IS NULL AND r.phase = ? AND r.kind = 'root'`)
+            .get(...args, level.accountId, phase)
+        : db.prepare(`SELECT ${STAMP_COLUMNS} FROM rulesets r JOIN ruleset_versions v ON v.ruleset_id = r.id AND ${on} WHERE r.zone_id = ? AND r.phase = ? AND r.kind = 'zone'`).get(...args, level.zoneId, phase)
+    ) as VersionStamp | undefined;
   }
 
   /** One version with its rules (frozen), or undefined. */

@@ -150,6 +150,51 @@ describe('transactions', () => {
   });
 });
 
+describe('read transactions', () => {
+  it('read from one snapshot: a write committed by another connection in between is not seen until the next read', () => {
+    const dir = tempDir();
+    const reader = Database.open(dir);
+    const writer = Database.open(dir);
+    try {
+      const count = () => (reader.db.prepare('SELECT count(*) AS n FROM accounts').get() as { n: number }).n;
+      const seen = reader.read(() => {
+        const before = count();
+        writer.write(() => writer.db.prepare('INSERT INTO accounts (id, created_on) VALUES (?, ?)').run('4'.repeat(32), 'now'));
+        return [before, count()];
+      });
+      expect(seen).toEqual([0, 0]);
+      expect(reader.read(count)).toBe(1);
+      expect(reader.db.inTransaction).toBe(false);
+    } finally {
+      writer.close();
+      reader.close();
+    }
+  });
+
+  it('end their transaction when the reader throws, and run inside a transaction already open', () => {
+    const store = Database.open(tempDir());
+    try {
+      const failing = () =>
+        store.read(() => {
+          throw new Error('reader failed');
+        });
+      expect(thrown(failing).message).toBe('reader failed');
+      expect(store.db.inTransaction).toBe(false);
+      // Inside a write, a read sees the write's own rows and leaves the transaction to it.
+      const inside = store.write(() => {
+        store.db.prepare('INSERT INTO accounts (id, created_on) VALUES (?, ?)').run('5'.repeat(32), 'now');
+        const n = store.read(() => (store.db.prepare('SELECT count(*) AS n FROM accounts').get() as { n: number }).n);
+        return [n, store.db.inTransaction];
+      });
+      expect(inside).toEqual([1, true]);
+      expect(store.db.inTransaction).toBe(false);
+      expect(store.db.prepare('SELECT count(*) AS n FROM accounts').get()).toEqual({ n: 1 });
+    } finally {
+      store.close();
+    }
+  });
+});
+
 describe('prepared statements', () => {
   it('gives the same statement for the same SQL text', () => {
     const store = Database.open(tempDir());

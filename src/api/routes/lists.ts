@@ -3,8 +3,9 @@
 // behaviour (validation included) lives in ListService; this plugin maps HTTP
 // onto it.
 
-import type { FastifyPluginAsync, FastifyRequest } from 'fastify';
+import type { FastifyPluginAsync, FastifyReply, FastifyRequest } from 'fastify';
 import { requireId } from '../auth.js';
+import { sendJsonRevalidatable } from '../conditional.js';
 import { ok } from '../envelope.js';
 import { perPageOf, queryText } from '../request.js';
 import type { Services } from '../services.js';
@@ -32,22 +33,24 @@ export const listRoutes: FastifyPluginAsync<ListRoutesOptions> = async (api, { s
     return { accountId, params };
   }
 
+  // Reads answer with a digest ETag, so that If-None-Match spares an unchanged
+  // body (304), for GET and HEAD alike (see the rulesets routes' `read`).
+  const read = (url: string, result: (req: FastifyRequest) => unknown) =>
+    api.route({ method: ['GET', 'HEAD'], url, handler: async (req, reply: FastifyReply) => sendJsonRevalidatable(req, reply, result(req)) });
+
   api.post(base, async (req) => {
     const { accountId } = scope(req);
     return ok(lists.create(accountId, req.body));
   });
 
-  api.get(base, async (req) => {
-    const { accountId } = scope(req);
-    return ok(lists.all(accountId));
-  });
+  read(base, (req) => ok(lists.all(scope(req).accountId)));
 
   api.get(`${base}/bulk_operations/:operation_id`, async (req) => {
     const { accountId, params } = scope(req);
     return ok(lists.operation(accountId, params.operation_id));
   });
 
-  api.get(`${base}/:list_id`, async (req) => {
+  read(`${base}/:list_id`, (req) => {
     const { accountId, params } = scope(req);
     return ok(lists.get(accountId, params.list_id));
   });
@@ -63,7 +66,7 @@ export const listRoutes: FastifyPluginAsync<ListRoutesOptions> = async (api, { s
     return ok({ id: params.list_id });
   });
 
-  api.get(`${base}/:list_id/items`, async (req) => {
+  read(`${base}/:list_id/items`, (req) => {
     const { accountId, params } = scope(req);
     const page = lists.items(accountId, params.list_id, {
       cursor: queryText(req, 'cursor'),
@@ -76,7 +79,7 @@ export const listRoutes: FastifyPluginAsync<ListRoutesOptions> = async (api, { s
     return ok(page.items, { cursors });
   });
 
-  api.get(`${base}/:list_id/items/:item_id`, async (req) => {
+  read(`${base}/:list_id/items/:item_id`, (req) => {
     const { accountId, params } = scope(req);
     return ok(lists.item(accountId, params.list_id, params.item_id));
   });

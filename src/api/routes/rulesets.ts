@@ -4,6 +4,7 @@
 
 import type { FastifyPluginAsync, FastifyReply, FastifyRequest } from 'fastify';
 import { requireId } from '../auth.js';
+import { sendCached, sendJsonRevalidatable } from '../conditional.js';
 import { ok } from '../envelope.js';
 import { dryRunOf, perPageOf, queryText } from '../request.js';
 import type { Services } from '../services.js';
@@ -34,29 +35,34 @@ export const rulesetRoutes: FastifyPluginAsync<RulesetRoutesOptions> = async (ap
   // A dry run answers 200 with the ruleset that would have been written (204 stays 204), as Cloudflare does.
   const written = (reply: FastifyReply, result: unknown) => reply.type('application/json').send(ok(result ?? null));
   const noContent = (reply: FastifyReply) => reply.code(204).send();
+  // Revalidatable reads answer GET and HEAD with one handler: fastify's own
+  // HEAD route would send a 304 with Content-Length: 0, which RFC 9110 forbids
+  // (a 304's Content-Length, if any, is that of the 200's body).
+  const read = (url: string, handler: (req: Req, reply: FastifyReply) => Promise<FastifyReply>) => api.route({ method: ['GET', 'HEAD'], url, handler });
 
   for (const lvl of ['/accounts/:account_id', '/zones/:zone_id']) {
     const base = `${lvl}/rulesets`;
-    api.get(base, async (req: Req) => {
+    // Reads of one version answer cached bytes with the version's ETag; listings
+    // are computed each time and get a digest ETag, so If-None-Match spares the body.
+    read(base, async (req: Req, reply) => {
       const s = scope(req);
       const page = service.list(s, queryText(req, 'cursor'), perPageOf(req, DEFAULT_PER_PAGE, limits.maxPerPage));
-      return ok(page.result, page.cursor === undefined ? { count: page.result.length } : { count: page.result.length, cursor: page.cursor });
+      return sendJsonRevalidatable(req, reply, ok(page.result, page.cursor === undefined ? { count: page.result.length } : { count: page.result.length, cursor: page.cursor }));
     });
     api.post(base, async (req: Req, reply) => written(reply, await service.create(scope(req), req.body, dryRunOf(req))));
 
     const ep = `${base}/phases/:phase/entrypoint`;
-    api.get(ep, async (req: Req) => ok(service.entrypoint(scope(req), req.params.phase)));
+    read(ep, async (req: Req, reply) => sendCached(req, reply, service.entrypointResponse(scope(req), req.params.phase)));
     api.put(ep, async (req: Req, reply) => written(reply, await service.putEntrypoint(scope(req), req.params.phase, req.body, dryRunOf(req))));
-    api.get(`${ep}/versions`, async (req: Req) => {
-      const versions = service.entrypointVersions(scope(req), req.params.phase);
-      return ok(versions);
-    });
-    api.get(`${ep}/versions/:version`, async (req: Req) => ok(service.entrypointVersion(scope(req), req.params.phase, req.params.version)));
+    read(`${ep}/versions`, async (req: Req, reply) => sendJsonRevalidatable(req, reply, ok(service.entrypointVersions(scope(req), req.params.phase))));
+    read(`${ep}/versions/:version`, async (req: Req, reply) =>
+      sendCached(req, reply, service.entrypointVersionResponse(scope(req), req.params.phase, req.params.version)),
+    );
 
     const one = `${base}/:ruleset_id`;
-    api.get(one, async (req: Req) => {
+    read(one, async (req: Req, reply) => {
       const s = scope(req);
-      return ok(service.get(s, id(req)));
+      return sendCached(req, reply, service.getResponse(s, id(req)));
     });
     api.put(one, async (req: Req, reply) => {
       const s = scope(req);
@@ -67,13 +73,13 @@ export const rulesetRoutes: FastifyPluginAsync<RulesetRoutesOptions> = async (ap
       await service.delete(s, id(req), dryRunOf(req));
       return noContent(reply);
     });
-    api.get(`${one}/versions`, async (req: Req) => {
+    read(`${one}/versions`, async (req: Req, reply) => {
       const s = scope(req);
-      return ok(service.versions(s, id(req)));
+      return sendJsonRevalidatable(req, reply, ok(service.versions(s, id(req))));
     });
-    api.get(`${one}/versions/:version`, async (req: Req) => {
+    read(`${one}/versions/:version`, async (req: Req, reply) => {
       const s = scope(req);
-      return ok(service.version(s, id(req), req.params.version));
+      return sendCached(req, reply, service.versionResponse(s, id(req), req.params.version));
     });
     api.delete(`${one}/versions/:version`, async (req: Req, reply) => {
       const s = scope(req);
@@ -94,8 +100,8 @@ export const rulesetRoutes: FastifyPluginAsync<RulesetRoutesOptions> = async (ap
     });
   }
   // Rules of a managed ruleset version by tag: account level only, as on Cloudflare.
-  api.get('/accounts/:account_id/rulesets/:ruleset_id/versions/:version/by_tag/:rule_tag', async (req: Req) => {
+  read('/accounts/:account_id/rulesets/:ruleset_id/versions/:version/by_tag/:rule_tag', async (req: Req, reply) => {
     const s = scope(req);
-    return ok(service.byTag(s, id(req), req.params.version, req.params.rule_tag));
+    return sendJsonRevalidatable(req, reply, ok(service.byTag(s, id(req), req.params.version, req.params.rule_tag)));
   });
 };
