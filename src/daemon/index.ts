@@ -3,6 +3,7 @@
 export { Daemon, RESTART_ONLY, type Port, type DaemonState, type SourceOpener } from './daemon.js';
 export { bundleSourceFor, type BundleLoading, type BundleSource, type ReloadOutcome } from './bundle-source.js';
 export { FileBundleSource, bundleFiles } from './file-bundle-source.js';
+export { WorkerLoading, loaderWorkerScript, loaderWorkerAvailable } from './worker-loading.js';
 export { daemonMetrics } from './metrics.js';
 export { DropRecorder, type DropRecorderOptions } from './drop-recorder.js';
 export { preflight, interfaceNames, effectiveCapabilities } from './preflight.js';

@@ -35,7 +35,7 @@ export interface MoatErrorData {
 /** A failed load as data: a MoatError, a BundleError, or anything else (a bug). */
 export type LoadErrorData =
   | { readonly kind: 'moat'; readonly error: MoatErrorData }
-  | { readonly kind: 'bundle'; readonly errors: readonly MoatErrorData[] }
+  | { readonly kind: 'bundle'; readonly message: string; readonly errors: readonly MoatErrorData[] }
   | { readonly kind: 'other'; readonly message: string; readonly stack?: string | undefined };
 
 /** A loaded bundle as the worker hands it over (see BundleExporter, BundleImporter). */
@@ -73,14 +73,18 @@ function moatErrorOf(d: MoatErrorData): MoatError {
 
 /** A load's error as data (what loadErrorOf makes again). */
 export function loadErrorData(err: unknown): LoadErrorData {
-  if (err instanceof BundleError) return { kind: 'bundle', errors: err.errors.map(moatErrorData) };
+  if (err instanceof BundleError) return { kind: 'bundle', message: err.message, errors: err.errors.map(moatErrorData) };
   if (err instanceof MoatError) return { kind: 'moat', error: moatErrorData(err) };
   return { kind: 'other', message: err instanceof Error ? err.message : String(err), stack: err instanceof Error ? err.stack : undefined };
 }
 
 /** The error loadErrorData described: a BundleError, a MoatError, or an Error with the message. */
 export function loadErrorOf(d: LoadErrorData): Error {
-  if (d.kind === 'bundle') return new BundleError(d.errors.map(moatErrorOf));
+  if (d.kind === 'bundle') {
+    const e = new BundleError(d.errors.map(moatErrorOf));
+    e.message = d.message; // as it was made, before the loader located its errors in their files
+    return e;
+  }
   if (d.kind === 'moat') return moatErrorOf(d.error);
   const e = new Error(d.message);
   if (d.stack !== undefined) e.stack = d.stack;
