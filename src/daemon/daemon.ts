@@ -56,6 +56,8 @@ export class Daemon {
   evaluator: Evaluator | undefined;
   version = '';
   swaps = 0;
+  /** What the last reload's swap cost the packet loop (ms): building the ports' paths, and the warm-up's slices (bench/swap.bench.ts). */
+  lastSwap = { pathsMs: 0, warmUpSlices: 0, longestSliceMs: 0 };
   reloadFailures = 0;
   packetErrors = 0;
   readonly startedAt = Date.now();
@@ -254,13 +256,19 @@ export class Daemon {
    * the packet loop (bench/swap.bench.ts).
    */
   private async warmedPaths(bundle: LoadedBundle, config: DaemonConfig): Promise<PacketPath[]> {
+    const t0 = performance.now();
     const paths = this.ports.map((port) => this.pathFor(bundle, port.counters, false, config));
+    const swap = { pathsMs: performance.now() - t0, warmUpSlices: 0, longestSliceMs: 0 };
     const frames = bundle.evaluator.warmUpFrames.length;
     for (let i = 0; paths.length > 0; ) {
+      const t = performance.now();
       i = paths[0]!.warmUpSlice(i, WARM_SLICE_MS);
+      swap.warmUpSlices++;
+      swap.longestSliceMs = Math.max(swap.longestSliceMs, performance.now() - t);
       if (i >= frames) break;
       await new Promise((resolve) => setImmediate(resolve));
     }
+    this.lastSwap = swap;
     return paths;
   }
 

@@ -54,8 +54,10 @@ export class WorkerLoading implements BundleLoading {
   private stopped = false;
   /** Workers started, the first included (a restart after a death adds one). */
   started = 0;
-  /** Time the last load's result took on this thread (ms): the bundle made again from data, what a swap adds to the packet path's own construction. */
-  lastImportMs = 0;
+  /** What the last load's result cost this thread (ms), by step (see BundleImporter.lastTimings): what loading costs the packet loop. */
+  get lastImport(): BundleImporter['lastTimings'] {
+    return this.importer.lastTimings;
+  }
 
   constructor(
     private readonly log: Logger,
@@ -116,7 +118,6 @@ export class WorkerLoading implements BundleLoading {
       p.reject(loadErrorOf(reply.error));
       return;
     }
-    const t0 = performance.now();
     let bundle: LoadedBundle;
     try {
       bundle = this.importer.import(reply.bundle);
@@ -124,7 +125,6 @@ export class WorkerLoading implements BundleLoading {
       p.reject(err as Error);
       return;
     }
-    this.lastImportMs = performance.now() - t0;
     p.resolve(bundle);
   }
 
