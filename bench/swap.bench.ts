@@ -63,6 +63,13 @@ const IDLE_WINDOW_MS = 50;
 /** The aim for the longest pause of the packet loop during an update (issue #17). */
 const PAUSE_AIM_MS = 5;
 
+/** A capture's frames: frame k is bytes[offsets[k], offsets[k + 1]). */
+interface Capture {
+  readonly bytes: Buffer;
+  readonly offsets: Int32Array;
+  readonly count: number;
+}
+
 /** The figures of one run of the updates with one loader. */
 interface RunFigures {
   startMs: number;
@@ -81,7 +88,7 @@ interface RunFigures {
   steps: Array<{ list: boolean; tableMs: number; constantsMs: number; functionsMs: number; pathsMs: number; longestSliceMs: number; slices: number }>;
 }
 
-async function runUpdates(loader: 'worker' | 'in-thread', dir: string, frames: readonly Buffer[], writeVersion: (n: number) => void): Promise<RunFigures> {
+async function runUpdates(loader: 'worker' | 'in-thread', dir: string, frames: Capture, writeVersion: (n: number) => void): Promise<RunFigures> {
   const config = validateDaemonConfig(
     {
       mode: 'inline',
@@ -107,8 +114,15 @@ async function runUpdates(loader: 'worker' | 'in-thread', dir: string, frames: r
   const input = sources.get('in0')!;
   const port = daemon.ports[0]!;
   let next = 0;
+  // As a live capture does, one buffer holds each frame in turn.
+  const slot = Buffer.alloc(65536);
+  const deliver = () => {
+    const k = next++ % frames.count;
+    const len = frames.bytes.copy(slot, 0, frames.offsets[k]!, frames.offsets[k + 1]!);
+    input.deliverBytes(slot, len);
+  };
   const traffic = () => {
-    for (let i = 0; i < BETWEEN; i++) input.deliver(frames[next++ % frames.length]!);
+    for (let i = 0; i < BETWEEN; i++) deliver();
   };
   traffic();
 
@@ -120,7 +134,7 @@ async function runUpdates(loader: 'worker' | 'in-thread', dir: string, frames: r
     if (!pumping) return;
     const now = performance.now();
     if (now - lastTurn > longest) longest = now - lastTurn;
-    for (let i = 0; i < PUMP_BATCH; i++) input.deliver(frames[next++ % frames.length]!);
+    for (let i = 0; i < PUMP_BATCH; i++) deliver();
     lastTurn = performance.now();
     setImmediate(pump);
   };
@@ -194,10 +208,16 @@ export async function runSwapBench(): Promise<void> {
     const base = JSON.parse(readFileSync(join(dir, 'rules.json'), 'utf8')) as { rules: Array<Record<string, unknown>> };
     const writeVersion = (n: number) =>
       writeFileSync(join(dir, 'rules.json'), JSON.stringify({ ...base, version: String(n), rules: [...base.rules, { id: `probe${n}`, action: 'block', expression: `tcp.dstport == ${PROBE_BASE + n}` }] }));
-    const frames: Buffer[] = [];
+    // The capture's frames in one buffer, not 100,000 Buffers: the daemon's heap holds no packets, and
+    // 100,000 objects on it would lengthen every garbage collection the pauses are measured across.
+    const chunks: Buffer[] = [];
     const r = PcapReader.open(join(dir, 'traffic.pcap'));
-    while (r.next()) frames.push(Buffer.from(r.data.subarray(r.offset, r.offset + r.caplen)));
+    while (r.next()) chunks.push(Buffer.from(r.data.subarray(r.offset, r.offset + r.caplen)));
     r.close();
+    const offsets = new Int32Array(chunks.length + 1);
+    chunks.forEach((c, i) => (offsets[i + 1] = offsets[i]! + c.length));
+    const frames: Capture = { bytes: Buffer.concat(chunks), offsets, count: chunks.length };
+    chunks.length = 0;
 
     // The reference first (on the event loop), then the worker, each from the same files.
     const runs: Array<['in-thread' | 'worker', RunFigures]> = [];
