@@ -39,6 +39,25 @@ checkCopies('engine/lazy-lookups', COUNTERS, { C_LOOKUPS, C_SCREENED });
 
 const encoder = new TextEncoder();
 
+/** aliasTop16 of each table (see aliasTopsOf): one per table, not per packet path and swap. */
+const ALIAS_TOPS = new WeakMap<AddressTable, Uint8Array | null>();
+
+/** 1 for each top-16-bit value an IPv6 GeoIP alias prefix of `table` can start with; null when it has none. */
+function aliasTopsOf(table: AddressTable): Uint8Array | null {
+  let tops = ALIAS_TOPS.get(table);
+  if (tops !== undefined) return tops;
+  const aliases = table.aliases6;
+  tops = aliases.length === 0 ? null : new Uint8Array(65536);
+  for (const al of aliases) {
+    // Every top-16-bit value the prefix covers.
+    const top = al.prefix[0]! >>> 16;
+    const span = al.length >= 16 ? 1 : 2 ** (16 - al.length);
+    for (let v = top; v < top + span; v++) tops![v] = 1;
+  }
+  ALIAS_TOPS.set(table, tops);
+  return tops;
+}
+
 /** A value screen a packet path asks its table for (AddressTable.valueScreen's arguments). */
 export interface ScreenQuestion {
   readonly family: 4 | 6;
@@ -133,14 +152,7 @@ export class LazyLookups implements LazyResolver, ProgramHost {
     this.countryKeys = Float64Array.from(this.countryBytes, (b) => shortBytesKey(b, 0, b.length));
     this.srcCountryBytes = evaluator.bytesFields.includes('ip.src.country');
     this.dstCountryBytes = evaluator.bytesFields.includes('ip.dst.country');
-    const aliases = table?.aliases6 ?? [];
-    const aliasTop16 = aliases.length === 0 ? null : new Uint8Array(65536);
-    for (const al of aliases) {
-      // Every top-16-bit value the prefix covers.
-      const top = al.prefix[0]! >>> 16;
-      const span = al.length >= 16 ? 1 : 2 ** (16 - al.length);
-      for (let v = top; v < top + span; v++) aliasTop16![v] = 1;
-    }
+    const aliasTop16 = table === undefined ? null : aliasTopsOf(table);
     this.aliasTop16 = aliasTop16;
     this.geoScreens = table === undefined ? [null, null, null, null] : geoScreenQuestions(evaluator, table.countryCodes).map((q) => (q === null ? null : table.valueScreen(q.family, q.countries, q.asns)));
     this.listScreen4 = table?.listScreen4 ?? null;
