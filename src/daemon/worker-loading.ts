@@ -122,7 +122,13 @@ export class WorkerLoading implements BundleLoading {
     try {
       bundle = this.importer.import(reply.bundle);
     } catch (err) {
+      // A reply this side cannot take (a bug): the worker's loader may now count on a table this
+      // side does not have, so a new worker, whose loader starts from nothing, takes the next load.
       p.reject(err as Error);
+      const w = this.worker;
+      this.worker = undefined;
+      this.rejectAll(`the bundle loader was restarted after a reply it could not take (${(err as Error).message})`);
+      if (w !== undefined) void w.terminate();
       return;
     }
     p.resolve(bundle);

@@ -118,6 +118,27 @@ describe('a bundle handed from one thread to another', () => {
     expect(imported.evaluator.program === null).toBe(local.evaluator.program === null);
   });
 
+  it('makes the closures of the rules of a managed ruleset, run by an execute rule, again from the expanded rules', () => {
+    writeFileSync(join(dir, 'managed.json'), JSON.stringify({
+      id: 'm1', name: 'managed', phase: 'network_transit_managed',
+      rules: [
+        { id: 'm-a', action: 'block', expression: 'ip.proto matches "^t" and tcp.dstport == 25', enabled: true },
+        { id: 'm-b', action: 'block', expression: 'bit_slice(tcp, 104, 112) == 0x02', enabled: true },
+      ],
+    }));
+    writeFileSync(join(dir, 'rules.json'), JSON.stringify({ phase: 'network_transit', rules: [{ action: 'execute', expression: 'ip.src.country != "AU"', action_parameters: { id: 'm1' } }, { action: 'block', expression: 'tcp.dstport == 22' }] }));
+    const withManaged = { ...files(), managed: [join(dir, 'managed.json')] };
+    const local = new BundleLoader().load(withManaged);
+    const out = new BundleExporter().load(withManaged);
+    expect(out.bundle.recipes.map((r) => [r.rule, r.make])).toEqual([[0, 'predicate'], [1, 'int-getter']]);
+    const imported = new BundleImporter().import(send(out));
+    const fs = frames();
+    const a = judge(local, fs);
+    expect(judge(imported, fs)).toEqual(a);
+    // Both managed rules and the account ruleset's own rule decide some frames; the gate of the execute rule keeps Australia out.
+    expect(new Set(a.verdicts.filter((v) => v.startsWith('drop')).map((v) => v.split(':')[1]))).toEqual(new Set(['0', '1', '2']));
+  });
+
   it('transfers the table: the sender keeps no bytes of it, the receiver gets every array whole', () => {
     writeRules(RULES);
     const exporter = new BundleExporter();
