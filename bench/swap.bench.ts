@@ -31,7 +31,6 @@
 import { appendFileSync, copyFileSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { PerformanceObserver, type PerformanceEntry } from 'node:perf_hooks';
 import { pino } from 'pino';
 import { PcapReader } from '../src/capture/index.js';
 import { validateDaemonConfig } from '../src/config/index.js';
@@ -39,6 +38,7 @@ import { bundleFiles, Daemon, WorkerLoading } from '../src/daemon/index.js';
 import { BundleExporter, loadBundle, PacketPath } from '../src/engine/index.js';
 import { MemorySource } from '../test/support/memory-source.js';
 import { buildFrame, TCP } from '../test/support/packet-builder.js';
+import { LoopPauseMeter } from './loop-pause.js';
 import { writePipelineInputs } from './pipeline.bench.js';
 
 const RULES_ONLY_UPDATES = Number(process.env.MOAT_BENCH_SWAP_UPDATES ?? 100);
@@ -127,34 +127,18 @@ async function runUpdates(loader: 'worker' | 'in-thread', dir: string, frames: C
   traffic();
 
   // The pump: the packet loop while an update runs.
-  let pumping = false;
-  let lastTurn = 0;
-  let longest = 0;
-  const pump = () => {
-    if (!pumping) return;
-    const now = performance.now();
-    if (now - lastTurn > longest) longest = now - lastTurn;
+  const meter = new LoopPauseMeter(() => {
     for (let i = 0; i < PUMP_BATCH; i++) deliver();
-    lastTurn = performance.now();
-    setImmediate(pump);
-  };
-
+  });
   // The machine's own noise first: the longest pause of the same pump in windows without any update.
   const idle: number[] = [];
   for (let w = 0; w < IDLE_WINDOWS; w++) {
-    pumping = true;
-    longest = 0;
-    lastTurn = performance.now();
-    setImmediate(pump);
+    meter.start();
     await new Promise((resolve) => setTimeout(resolve, IDLE_WINDOW_MS));
-    pumping = false;
-    idle.push(longest);
+    idle.push((await meter.stop()).longestMs);
     traffic();
   }
   const out: RunFigures = { startMs, rulesOnly: [], withList: [], firstUpdate: 0, pauseRulesOnly: [], pauseWithList: [], steps: [], idle, gcRulesOnly: [], gcWithList: [] };
-  const gcs: PerformanceEntry[] = [];
-  const observer = new PerformanceObserver((list) => gcs.push(...list.getEntries()));
-  observer.observe({ entryTypes: ['gc'] });
   let versioned = 0;
   const total = RULES_ONLY_UPDATES + LIST_UPDATES;
   for (let n = 1; n <= total; n++) {
@@ -162,29 +146,24 @@ async function runUpdates(loader: 'worker' | 'in-thread', dir: string, frames: C
     writeVersion(n);
     // A list change: one more /32 in the office list (a real change of contents).
     if (listUpdate) appendFileSync(join(dir, 'office.txt'), `203.0.113.${n % 250}\n`);
-    pumping = true;
-    longest = 0;
-    lastTurn = performance.now();
-    setImmediate(pump);
-    gcs.length = 0;
+    meter.start();
     const s = process.hrtime.bigint();
     if (!(await daemon.reload('bench')).applied) throw new Error(`update ${n} was rejected`);
     let dropped = port.counters.dropped;
     input.deliver(probe(PROBE_BASE + n));
     const ms = Number(process.hrtime.bigint() - s) / 1e6;
-    pumping = false;
-    // The turn the swap happened in counts too.
-    longest = Math.max(longest, performance.now() - lastTurn);
-    if (port.counters.dropped !== dropped + 1) throw new Error(`update ${n}: the first packet after the swap was not judged by the new version`);
+    const judgedNew = port.counters.dropped === dropped + 1;
     dropped = port.counters.dropped;
     input.deliver(probe(PROBE_BASE + n - 1));
-    if (port.counters.dropped !== dropped) throw new Error(`update ${n}: a packet was judged by the previous version after the swap`);
+    const notJudgedOld = port.counters.dropped === dropped;
+    // (The pump runs on until stop(): the checks above are made first, in the same turn.)
+    const pause = await meter.stop();
+    if (!judgedNew) throw new Error(`update ${n}: the first packet after the swap was not judged by the new version`);
+    if (!notJudgedOld) throw new Error(`update ${n}: a packet was judged by the previous version after the swap`);
     if (n === 1) out.firstUpdate = ms;
     (listUpdate ? out.withList : out.rulesOnly).push(ms);
-    (listUpdate ? out.pauseWithList : out.pauseRulesOnly).push(longest);
-    // GC entries are delivered on a later turn; the ones of this update are in by the traffic below's end at the latest.
-    await new Promise((resolve) => setImmediate(resolve));
-    (listUpdate ? out.gcWithList : out.gcRulesOnly).push(Math.max(0, ...gcs.map((g) => g.duration)));
+    (listUpdate ? out.pauseWithList : out.pauseRulesOnly).push(pause.longestMs);
+    (listUpdate ? out.gcWithList : out.gcRulesOnly).push(pause.longestGcMs);
     if (daemon.loading instanceof WorkerLoading) {
       const imp = daemon.loading.lastImport;
       out.steps.push({ list: listUpdate, ...imp, pathsMs: daemon.lastSwap.pathsMs, longestSliceMs: daemon.lastSwap.longestSliceMs, slices: daemon.lastSwap.warmUpSlices });
@@ -192,7 +171,7 @@ async function runUpdates(loader: 'worker' | 'in-thread', dir: string, frames: C
     if (daemon.version.startsWith(`${n}@`)) versioned++;
     traffic();
   }
-  observer.disconnect();
+  meter.close();
   await daemon.stop();
   if (versioned !== total) throw new Error(`${total - versioned} updates did not show their version`);
   return out;
