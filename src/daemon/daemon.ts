@@ -12,6 +12,7 @@ import { BundleError, BundleLoader, FrameInspector, PacketPath, PathCounters, ty
 import { ERRORS, MoatError } from '../errors/index.js';
 import { bundleSourceFor, type BundleLoading, type BundleSource, type ReloadOutcome } from './bundle-source.js';
 import { DropRecorder } from './drop-recorder.js';
+import { loaderWorkerAvailable, WorkerLoading } from './worker-loading.js';
 import { daemonMetrics } from './metrics.js';
 
 /** A coded error of a failed reload, for its outcome (code 7099 for what has no code: a bug). */
@@ -43,6 +44,9 @@ export interface Port {
 /** Settings a running daemon cannot take from a reload: its captures, ports and listener are built from them. */
 export const RESTART_ONLY = ['mode', 'interfaces', 'capture', 'metrics', 'dropCapture', 'controlPlane', 'failOpen'] as const satisfies ReadonlyArray<keyof DaemonConfig>;
 
+/** Longest slice of a bundle's warm-up between two turns of the event loop (see Daemon.warmedPaths). */
+const WARM_SLICE_MS = 1;
+
 /** What the daemon is doing. */
 export type DaemonState = 'starting' | 'running' | 'stopping' | 'stopped';
 
@@ -52,6 +56,8 @@ export class Daemon {
   evaluator: Evaluator | undefined;
   version = '';
   swaps = 0;
+  /** What the last reload's swap cost the packet loop (ms): building the ports' paths, and the warm-up's slices (bench/swap.bench.ts). */
+  lastSwap = { pathsMs: 0, warmUpSlices: 0, longestSliceMs: 0 };
   reloadFailures = 0;
   packetErrors = 0;
   /**
@@ -68,10 +74,12 @@ export class Daemon {
   private dropLogCount = 0;
   private badChecksumLoggedAt = -Infinity;
   private readonly signalHandlers: Array<[NodeJS.Signals, () => void]> = [];
-  /** Keeps the address table across reloads that leave lists and databases unchanged (see BundleLoader). */
-  private readonly loader = new BundleLoader();
-  /** The loader as sources use it (asynchronous: see BundleLoading). */
-  private readonly loading: BundleLoading = { load: (files) => new Promise((resolve) => resolve(this.loader.load(files))) };
+  /**
+   * How bundles load (see DaemonOptions.loader): through a worker thread, or
+   * on the event loop by a BundleLoader, which keeps the address table across
+   * reloads that leave lists and databases unchanged (the worker keeps its own).
+   */
+  readonly loading: BundleLoading;
   /** The reload running, and the one told of meanwhile (changes told while one runs coalesce into it). */
   private reloading: Promise<ReloadOutcome> | undefined;
   private queuedReload: Promise<ReloadOutcome> | undefined;
@@ -82,15 +90,26 @@ export class Daemon {
    * `bundles`: where bundles come from; by default the source the configuration names (bundleSourceFor).
    * `options.configFile`: the file `config` was read from; every reload reads it again (see reload).
    * `options.override`: settings that win over the file's at every reading (the command line's --strict).
+   * `options.loader`: where bundles are loaded and compiled: 'worker' (a worker
+   * thread, off the packet loop), 'in-thread' (on the event loop, as `moat
+   * replay` does: for comparison), or by default the worker, unless run from
+   * the TypeScript sources before a build (then in thread, said in the log).
    */
   constructor(
     public config: DaemonConfig,
     private readonly log: Logger,
     private readonly openSource: SourceOpener,
     bundles?: BundleSource,
-    private readonly options: { configFile?: string | undefined; override?: Partial<DaemonConfig> | undefined } = {},
+    private readonly options: { configFile?: string | undefined; override?: Partial<DaemonConfig> | undefined; loader?: 'worker' | 'in-thread' | undefined } = {},
   ) {
     this.bundles = bundles ?? bundleSourceFor(config, options.configFile);
+    const kind = options.loader ?? (loaderWorkerAvailable() ? 'worker' : 'in-thread');
+    if (options.loader === undefined && kind === 'in-thread') log.warn('bundles load on the event loop: the loader worker is not built (running from the TypeScript sources; npm run build)');
+    if (kind === 'worker') this.loading = new WorkerLoading(log);
+    else {
+      const loader = new BundleLoader();
+      this.loading = { load: (files) => new Promise((resolve) => resolve(loader.load(files))) };
+    }
   }
 
   /** Where bundles come from. */
@@ -239,12 +258,35 @@ export class Daemon {
     );
   }
 
-  private pathFor(bundle: LoadedBundle, counters: PathCounters, warm: boolean): PacketPath {
-    const c = this.config;
+  private pathFor(bundle: LoadedBundle, counters: PathCounters, warm: boolean, c: DaemonConfig = this.config): PacketPath {
     const path = new PacketPath(bundle.evaluator, { table: bundle.table, colo: c.colo, undecodable: c.undecodable, counters });
     // Before the swap: a bundle's code that meets traffic unwarmed deoptimises on each rule's first match (see PacketPath.warmUp).
     if (warm) path.warmUp();
     return path;
+  }
+
+  /**
+   * The ports' paths for a bundle about to be swapped in, warmed up in slices
+   * of WARM_SLICE_MS between which the event loop handles packets: the
+   * warm-up of the benchmark's 50-rule bundle (400 frames through code not
+   * yet optimised) takes several milliseconds, which in one go would stall
+   * the packet loop (bench/swap.bench.ts).
+   */
+  private async warmedPaths(bundle: LoadedBundle, config: DaemonConfig): Promise<PacketPath[]> {
+    const t0 = performance.now();
+    const paths = this.ports.map((port) => this.pathFor(bundle, port.counters, false, config));
+    const swap = { pathsMs: performance.now() - t0, warmUpSlices: 0, longestSliceMs: 0 };
+    const frames = bundle.evaluator.warmUpFrames.length;
+    for (let i = 0; paths.length > 0; ) {
+      const t = performance.now();
+      i = paths[0]!.warmUpSlice(i, WARM_SLICE_MS);
+      swap.warmUpSlices++;
+      swap.longestSliceMs = Math.max(swap.longestSliceMs, performance.now() - t);
+      if (i >= frames) break;
+      await new Promise((resolve) => setImmediate(resolve));
+    }
+    this.lastSwap = swap;
+    return paths;
   }
 
   private load(): Promise<LoadedBundle> {
@@ -261,8 +303,8 @@ export class Daemon {
   // callbacks one at a time, so a packet sees the old path or the new, never a mix.
   // One warm-up serves every port: the type feedback it gives belongs to the
   // bundle's generated code and to PacketPath's methods, which all ports share.
-  private swapIn(bundle: LoadedBundle, reason: string): void {
-    const paths = this.ports.map((port, i) => this.pathFor(bundle, port.counters, i === 0));
+  // `paths`: the ports' paths, built and warmed up already (see warmedPaths).
+  private swapIn(bundle: LoadedBundle, reason: string, paths = this.ports.map((port, i) => this.pathFor(bundle, port.counters, i === 0))): void {
     this.ports.forEach((port, i) => (port.path = paths[i]!));
     this.evaluator = bundle.evaluator;
     this.version = this.versionOf(bundle);
@@ -333,13 +375,14 @@ export class Daemon {
       this.log.error({ reason, errors, err: err instanceof BundleError ? undefined : err instanceof MoatError ? { code: err.code, message: err.message } : err, version: this.version }, 'reload rejected; the running ruleset stays');
       return { applied: false, errors: errors ?? [errorOf(err)] };
     }
+    const paths = await this.warmedPaths(bundle, next);
     if (this.state !== 'running') return { applied: false, errors: [{ code: ERRORS.CONFIG_INVALID.code, message: `the daemon is ${this.state}` }] };
     if (next !== previous) {
       this.config = next;
       if (next.log.level !== previous.log.level) this.log.level = next.log.level;
       for (const p of this.ports) p.checksumCountdown = Math.min(p.checksumCountdown, this.sampleEvery());
     }
-    this.swapIn(bundle, reason);
+    this.swapIn(bundle, reason, paths);
     return { applied: true, version: this.version, digest: bundle.digest, rulesetVersions: bundle.rulesets.map((r) => r.version ?? null) };
   }
 
@@ -420,6 +463,7 @@ export class Daemon {
     this.recorder?.close();
     for (const [sig, fn] of this.signalHandlers) process.off(sig, fn);
     if (this.server !== undefined) await new Promise<void>((r) => this.server!.close(() => r()));
+    if (this.loading instanceof WorkerLoading) await this.loading.stop();
     const totals = this.ports.map((p) => ({ interface: p.name, packets: p.counters.packets, passed: p.counters.passed, dropped: p.counters.dropped, undecodable: p.counters.undecodable }));
     this.log.info({ totals, swaps: this.swaps, packetErrors: this.packetErrors }, 'daemon stopped');
     this.state = 'stopped';

@@ -5,6 +5,7 @@ export { bundleSourceFor, type BundleLoading, type BundleSource, type ReloadOutc
 export { ChannelBundleSource, channelUrl, type ChannelOptions } from './channel-bundle-source.js';
 export { BundleCache, listDigest, listText, type CachedBundle } from './bundle-cache.js';
 export { FileBundleSource, bundleFiles } from './file-bundle-source.js';
+export { WorkerLoading, loaderWorkerScript, loaderWorkerAvailable } from './worker-loading.js';
 export { daemonMetrics } from './metrics.js';
 export { DropRecorder, type DropRecorderOptions } from './drop-recorder.js';
 export { preflight, interfaceNames, effectiveCapabilities } from './preflight.js';

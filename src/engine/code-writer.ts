@@ -44,15 +44,29 @@ export interface LevelSpan {
   readonly end: number;
 }
 
-/** A bundle's generated code, ready to run. */
-export interface WrittenBundle {
-  readonly run: Chunk;
-  readonly program: PacketProgram | null;
+/**
+ * A bundle's generated code before it runs: the sources, and how its
+ * functions are put together. Plain data (it crosses from the loader's worker
+ * thread as is); linkBundle() makes the functions, over the constants.
+ */
+export interface BundleCode {
+  /** Every generated source, those of the port runs' table builders too (for `moat check --emit-js`). */
+  readonly sources: readonly GeneratedSource[];
+  /**
+   * The sources that run: `bundle` alone (and `packet-program` when the
+   * bundle has one), or the chunks of each level, run in order by a driver.
+   */
+  readonly layout: { readonly kind: 'single'; readonly program: boolean } | { readonly kind: 'chunks'; readonly levels: ReadonlyArray<readonly string[]> };
   readonly functions: number;
-  readonly bytesRead: ReadonlySet<string>;
+  readonly bytesRead: readonly string[];
   readonly portRuns: number;
   readonly lazyValues: LazyValues;
-  readonly sources: readonly GeneratedSource[];
+}
+
+/** A bundle's code as written, with the pool of the constants it reads. */
+export interface WrittenBundle {
+  readonly code: BundleCode;
+  readonly pool: ConstantPool;
 }
 
 // The code of one rule: a block returns the rule's index and its caller
@@ -78,22 +92,42 @@ function functionBody(lines: readonly BodyLine[], codes: ReadonlyArray<Generated
   return { lines, readsContext: codes.some((c) => c?.readsContext === true), readsAddresses: codes.some((c) => c?.readsAddresses === true) };
 }
 
-function compileFunction(name: string, prologue: string, body: FunctionBody, end: number, pool: ConstantPool, counters: Counters, sources: GeneratedSource[]): Chunk {
+// The source of one generated function (made by linkBundle).
+function functionSource(name: string, prologue: string, body: FunctionBody, end: number, sources: GeneratedSource[]): void {
   const h = hoistFieldLoads(body);
   const decls = h.locals.length === 0 ? '' : `const ${h.locals.map((l) => `${l.local} = ${l.array}[${l.slot}]`).join(', ')};\n`;
   const source = `return function ${name}(c, len) {\n${prologue}${CODEGEN_LOCALS}\n${decls}${h.source}\nreturn ${end};\n};\n//# sourceURL=moat-bundle/${name}.js`;
   sources.push({ name, source });
-  const make = new Function('K', 'P', 'Y', 'LG', 'LN', source);
-  return make(pool.values, counters.packets, counters.bytes, counters.logged, counters.loggedCount) as Chunk;
 }
 
-// The bundle's packet program (see packet-program.ts), or null when its code reads what a program does not provide.
-function compileProgram(prologue: string, body: FunctionBody, end: number, pool: ConstantPool, counters: Counters, sources: GeneratedSource[]): PacketProgram | null {
+// The source of the bundle's packet program (see packet-program.ts); false when its code reads what a program does not provide.
+function programSource(prologue: string, body: FunctionBody, end: number, sources: GeneratedSource[]): boolean {
   const source = packetProgramSource(body, prologue, end);
-  if (source === null) return null;
+  if (source === null) return false;
   sources.push({ name: 'packet-program', source });
-  const make = new Function('K', 'P', 'Y', 'LG', 'LN', 'FF', source);
-  return make(pool.values, counters.packets, counters.bytes, counters.logged, counters.loggedCount, PROGRAM_FRAME_TEST) as PacketProgram;
+  return true;
+}
+
+/**
+ * The functions of `code`, over `constants` (the pool's values) and
+ * `counters`: the bundle's run (one function, or a driver over its chunks)
+ * and its packet program. The sources are built from numbers and the
+ * generator's own names only (see expr/codegen.ts).
+ */
+export function linkBundle(code: BundleCode, constants: readonly unknown[], counters: Counters): { run: Chunk; program: PacketProgram | null } {
+  const byName = new Map(code.sources.map((s) => [s.name, s.source]));
+  const make = (name: string): Chunk => {
+    const f = new Function('K', 'P', 'Y', 'LG', 'LN', byName.get(name)!);
+    return f(constants, counters.packets, counters.bytes, counters.logged, counters.loggedCount) as Chunk;
+  };
+  const layout = code.layout;
+  if (layout.kind === 'chunks') return { run: chunkDriver(layout.levels.map((names) => names.map(make)), counters.loggedCount), program: null };
+  let program: PacketProgram | null = null;
+  if (layout.program) {
+    const f = new Function('K', 'P', 'Y', 'LG', 'LN', 'FF', byName.get('packet-program')!);
+    program = f(constants, counters.packets, counters.bytes, counters.logged, counters.loggedCount, PROGRAM_FRAME_TEST) as PacketProgram;
+  }
+  return { run: make('bundle'), program };
 }
 
 // Runs a large bundle's chunks in order: a chunk's SKIP_LEVEL ends its level.
@@ -126,7 +160,6 @@ export function writeBundle(
   trees: ReadonlyArray<Checked | null>,
   levels: readonly LevelSpan[],
   lists: ListProvider,
-  counters: Counters,
   max: number,
 ): WrittenBundle {
   // One pool for every function: each reads the constants it needs by index.
@@ -158,19 +191,21 @@ export function writeBundle(
       lines.push({ marker: '', template: '}' });
     });
     const body = functionBody(lines, codes);
-    const run = compileFunction('bundle', 'LN[0] = 0;\n', body, VERDICT_PASS, pool, counters, sources);
-    const program = compileProgram('LN[0] = 0;', body, VERDICT_PASS, pool, counters, sources);
-    return { run, program, functions: 1, bytesRead: pool.bytesRead, portRuns, lazyValues: pool.lazyValues, sources };
+    functionSource('bundle', 'LN[0] = 0;\n', body, VERDICT_PASS, sources);
+    const program = programSource('LN[0] = 0;', body, VERDICT_PASS, sources);
+    return { pool, code: { sources, layout: { kind: 'single', program }, functions: 1, bytesRead: [...pool.bytesRead], portRuns, lazyValues: pool.lazyValues } };
   }
   const chunks = levels.map(({ start, end }) => {
-    const out: Chunk[] = [];
+    const out: string[] = [];
     let lines: BodyLine[] = [];
     let size = 0;
     let first = start;
     const flush = (last: number) => {
       if (lines.length > 0) {
         const body = functionBody(lines, codes.slice(first, last + 1));
-        out.push(compileFunction(`rules${first}to${last}`, '', body, CONTINUE, pool, counters, sources));
+        const name = `rules${first}to${last}`;
+        functionSource(name, '', body, CONTINUE, sources);
+        out.push(name);
       }
       lines = [];
       size = 0;
@@ -188,7 +223,7 @@ export function writeBundle(
     return out;
   });
   return {
-    run: chunkDriver(chunks, counters.loggedCount), program: null, functions: chunks.reduce((n, c) => n + c.length, 0),
-    bytesRead: pool.bytesRead, portRuns: 0, lazyValues: pool.lazyValues, sources,
+    pool,
+    code: { sources, layout: { kind: 'chunks', levels: chunks }, functions: chunks.reduce((n, c) => n + c.length, 0), bytesRead: [...pool.bytesRead], portRuns: 0, lazyValues: pool.lazyValues },
   };
 }

@@ -8,9 +8,9 @@
 // packet; skip ends the current ruleset; log counts and records and goes on.
 
 import { MoatError } from '../errors/index.js';
-import { check, DEFAULT_LIMITS, parse, type Checked, type Limits, type ListProvider } from '../expr/index.js';
+import { check, DEFAULT_LIMITS, parse, type Checked, type ConstantOrigin, type Limits, type ListProvider } from '../expr/index.js';
 import { TRANSIT_SCHEME } from '../packet/index.js';
-import { MAX_FUNCTION_SOURCE, writeBundle, type LevelSpan } from './code-writer.js';
+import { linkBundle, MAX_FUNCTION_SOURCE, writeBundle, type BundleCode, type LevelSpan } from './code-writer.js';
 import { Evaluator, newCounters, type CompiledRule, type Level } from './evaluator.js';
 import { expandExecutes, type ManagedRulesets } from './managed.js';
 import type { Ruleset } from './ruleset.js';
@@ -73,21 +73,71 @@ export function compileBundle(input: CompileInput, codegen: { maxFunctionSource?
   }
   if (errors.length > 0) throw new BundleError(errors);
 
-  const counters = newCounters(rules.length, rules.filter((r) => r.rule.action === 'log').length);
   const enabledTrees = rules.map((r, i) => (r.rule.enabled ? trees[i]! : null));
-  const code = writeBundle(rules, enabledTrees, levels, lists, counters, codegen.maxFunctionSource ?? MAX_FUNCTION_SOURCE);
+  const { code, pool } = writeBundle(rules, enabledTrees, levels, lists, codegen.maxFunctionSource ?? MAX_FUNCTION_SOURCE);
+  const recipes = [...pool.origins].map(([index, origin]) => recipeOf(index, origin, enabledTrees));
+  return evaluatorOf(Object.freeze(rules), { code, constants: pool.values, recipes }, Object.freeze(warmUpFrames(enabledTrees)));
+}
+
+/**
+ * Where a constant that is not plain data (ConstantPool.origins) comes from:
+ * the node of rule `rule`'s checked tree at `path` (the index of an item of
+ * `and`/`or`/`xor` at each step, 0 for the operand of `not`), made as `make`.
+ * Checking the rule's expression again gives the same tree, so the constant
+ * can be made again in another thread (see bundle-transfer.ts).
+ */
+export interface ConstantRecipe {
+  readonly index: number;
+  readonly rule: number;
+  readonly path: readonly number[];
+  readonly make: ConstantOrigin['make'];
+}
+
+/** A compiled bundle's code: the sources and layout, the constants they read, and the recipes of the constants that are not plain data. */
+export interface CompiledCode {
+  readonly code: BundleCode;
+  readonly constants: readonly unknown[];
+  readonly recipes: readonly ConstantRecipe[];
+}
+
+/** The Evaluator of compiled code: new counters, the functions made over them (linkBundle). */
+export function evaluatorOf(rules: readonly CompiledRule[], compiled: CompiledCode, frames: readonly Uint8Array[]): Evaluator {
+  const counters = newCounters(rules.length, rules.filter((r) => r.rule.action === 'log').length);
+  const { code } = compiled;
+  const { run, program } = linkBundle(code, compiled.constants, counters);
   return new Evaluator({
-    rules: Object.freeze(rules),
-    run: code.run,
+    rules,
+    run,
     functions: code.functions,
     counters,
     bytesRead: code.bytesRead,
     portRuns: code.portRuns,
     lazyValues: code.lazyValues,
-    program: code.program,
-    warmUpFrames: Object.freeze(warmUpFrames(enabledTrees)),
+    program,
+    warmUpFrames: frames,
     sources: Object.freeze(code.sources),
+    compiled,
   });
+}
+
+// The recipe of constant `index`, made from `origin.node`: found by identity in the rules' trees.
+function recipeOf(index: number, origin: ConstantOrigin, trees: ReadonlyArray<Checked | null>): ConstantRecipe {
+  const find = (t: Checked, path: number[]): number[] | null => {
+    if (t === origin.node) return path;
+    if (t.kind === 'not') return find(t.operand, [...path, 0]);
+    if (t.kind === 'and' || t.kind === 'or' || t.kind === 'xor') {
+      for (let i = 0; i < t.items.length; i++) {
+        const p = find(t.items[i]!, [...path, i]);
+        if (p !== null) return p;
+      }
+    }
+    return null;
+  };
+  for (let rule = 0; rule < trees.length; rule++) {
+    const path = trees[rule] === null ? null : find(trees[rule]!, []);
+    if (path !== null) return { index, rule, path, make: origin.make };
+  }
+  throw new Error(`compileBundle: constant ${index} comes from no rule's tree`);
 }
 
 function locate(e: MoatError, where: string, pointer: string): MoatError {

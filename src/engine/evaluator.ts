@@ -4,6 +4,7 @@
 
 import type { ExecutionContext } from '../expr/index.js';
 import { planFor, type DecodePlan } from '../packet/index.js';
+import type { CompiledCode } from './compile-bundle.js';
 import type { ExpandedFrom } from './managed.js';
 import type { PacketProgram } from './packet-program.js';
 import type { Rule } from './ruleset.js';
@@ -76,6 +77,8 @@ export interface EvaluatorParts {
   readonly program?: PacketProgram | null | undefined;
   readonly warmUpFrames?: readonly Uint8Array[] | undefined;
   readonly sources?: readonly GeneratedSource[] | undefined;
+  /** The code the functions were made from (see Evaluator.compiled). */
+  readonly compiled?: CompiledCode | undefined;
 }
 
 /** The compiled, immutable evaluator of a bundle. Counters are its only mutable state. */
@@ -101,6 +104,13 @@ export class Evaluator {
   readonly warmUpFrames: readonly Uint8Array[];
   /** The sources of the generated functions, for anyone debugging a verdict (`moat check --emit-js`). */
   readonly sources: readonly GeneratedSource[];
+  /**
+   * The code `run` and `program` were made from, with their constants:
+   * what a loader in a worker thread hands to the packet loop, which makes
+   * the functions again there (see bundle-transfer.ts). Undefined for an
+   * evaluator built from functions alone.
+   */
+  readonly compiled: CompiledCode | undefined;
   /** Packets and bytes matched, per rule (indexes of `rules`). */
   readonly hitPackets: Float64Array;
   readonly hitBytes: Float64Array;
@@ -129,6 +139,7 @@ export class Evaluator {
     this.program = parts.program ?? null;
     this.warmUpFrames = parts.warmUpFrames ?? [];
     this.sources = parts.sources ?? [];
+    this.compiled = parts.compiled;
     this.hitPackets = parts.counters.packets;
     this.hitBytes = parts.counters.bytes;
     this.logged = parts.counters.logged;

@@ -8,6 +8,7 @@
 //   packet program  a bundle's rules fused with the fast-path decoder: frame in, verdict out (packet-program.ts)
 //   address table   the per-address GeoIP and list answers the lazy fields read (net/address-table.ts)
 //   loader          builds a bundle's evaluator and address table from its files, and rebuilds on change (load.ts)
+//   transfer        a bundle loaded in a worker thread, handed to the packet loop as data (bundle-transfer.ts)
 //   packet path     decodes each frame and runs the evaluator or the packet program (packet-path.ts)
 // Compile time: compile-bundle.ts (front end) -> code-writer.ts, port-dispatch.ts, packet-program.ts (writers).
 // Run time: evaluator.ts, packet-path.ts.
@@ -21,3 +22,4 @@ export { tableLists } from './table-lists.js';
 export { BundleLoader, loadBundle, type BundleFiles, type LoadedBundle } from './load.js';
 export { missingData, type MissingDataPolicy, type GivenData } from './missing-data.js';
 export { FrameInspector, type FrameSummary } from './frame-inspect.js';
+export { BundleExporter, BundleImporter, loadErrorData, loadErrorOf, type TransferredBundle, type LoadErrorData, type MoatErrorData } from './bundle-transfer.js';

@@ -39,6 +39,53 @@ checkCopies('engine/lazy-lookups', COUNTERS, { C_LOOKUPS, C_SCREENED });
 
 const encoder = new TextEncoder();
 
+/** aliasTop16 of each table (see aliasTopsOf): one per table, not per packet path and swap. */
+const ALIAS_TOPS = new WeakMap<AddressTable, Uint8Array | null>();
+
+/** 1 for each top-16-bit value an IPv6 GeoIP alias prefix of `table` can start with; null when it has none. */
+function aliasTopsOf(table: AddressTable): Uint8Array | null {
+  let tops = ALIAS_TOPS.get(table);
+  if (tops !== undefined) return tops;
+  const aliases = table.aliases6;
+  tops = aliases.length === 0 ? null : new Uint8Array(65536);
+  for (const al of aliases) {
+    // Every top-16-bit value the prefix covers.
+    const top = al.prefix[0]! >>> 16;
+    const span = al.length >= 16 ? 1 : 2 ** (16 - al.length);
+    for (let v = top; v < top + span; v++) tops![v] = 1;
+  }
+  ALIAS_TOPS.set(table, tops);
+  return tops;
+}
+
+/** A value screen a packet path asks its table for (AddressTable.valueScreen's arguments). */
+export interface ScreenQuestion {
+  readonly family: 4 | 6;
+  readonly countries: readonly number[];
+  readonly asns: readonly number[];
+}
+
+/**
+ * The value screens the packet paths of `evaluator` ask a table whose
+ * countries are `countryCodes` for, at [side * 2 + (IPv6 ? 1 : 0)] (see
+ * LazyLookups.geoScreens); null where none. A loader in a worker thread
+ * builds them before the swap, so the packet loop does not (~20 ms each).
+ */
+export function geoScreenQuestions(evaluator: Evaluator, countryCodes: readonly string[]): Array<ScreenQuestion | null> {
+  const countryKeys = countryCodes.map((c) => {
+    const b = encoder.encode(c);
+    return shortBytesKey(b, 0, b.length);
+  });
+  return [LAZY_SRC_GEO, LAZY_DST_GEO].flatMap((group, side): Array<ScreenQuestion | null> => {
+    const reads = evaluator.lazyValues.get(group);
+    if (reads === undefined || reads === null) return [null, null];
+    const asns = reads.get(side === 0 ? IP_SRC_ASNUM : IP_DST_ASNUM) ?? [];
+    const key = reads.get(side === 0 ? IP_SRC_COUNTRY_KEY : IP_DST_COUNTRY_KEY) ?? [];
+    const countries = [...countryKeys.keys()].filter((c) => inRanges(key, countryKeys[c]!));
+    return [{ family: 4, countries, asns }, { family: 6, countries, asns }];
+  });
+}
+
 /**
  * The lookups of one packet path (its context and counters): the resolver
  * the rules' generated code calls (LazyResolver) and the host of the bundle's
@@ -105,23 +152,9 @@ export class LazyLookups implements LazyResolver, ProgramHost {
     this.countryKeys = Float64Array.from(this.countryBytes, (b) => shortBytesKey(b, 0, b.length));
     this.srcCountryBytes = evaluator.bytesFields.includes('ip.src.country');
     this.dstCountryBytes = evaluator.bytesFields.includes('ip.dst.country');
-    const aliases = table?.aliases6 ?? [];
-    const aliasTop16 = aliases.length === 0 ? null : new Uint8Array(65536);
-    for (const al of aliases) {
-      // Every top-16-bit value the prefix covers.
-      const top = al.prefix[0]! >>> 16;
-      const span = al.length >= 16 ? 1 : 2 ** (16 - al.length);
-      for (let v = top; v < top + span; v++) aliasTop16![v] = 1;
-    }
+    const aliasTop16 = table === undefined ? null : aliasTopsOf(table);
     this.aliasTop16 = aliasTop16;
-    this.geoScreens = [LAZY_SRC_GEO, LAZY_DST_GEO].flatMap((group, side) => {
-      const reads = evaluator.lazyValues.get(group);
-      if (table === undefined || reads === undefined || reads === null) return [null, null];
-      const asn = reads.get(side === 0 ? IP_SRC_ASNUM : IP_DST_ASNUM) ?? [];
-      const key = reads.get(side === 0 ? IP_SRC_COUNTRY_KEY : IP_DST_COUNTRY_KEY) ?? [];
-      const countries = [...this.countryKeys.keys()].filter((c) => inRanges(key, this.countryKeys[c]!));
-      return [table.valueScreen(4, countries, asn), table.valueScreen(6, countries, asn)];
-    });
+    this.geoScreens = table === undefined ? [null, null, null, null] : geoScreenQuestions(evaluator, table.countryCodes).map((q) => (q === null ? null : table.valueScreen(q.family, q.countries, q.asns)));
     this.listScreen4 = table?.listScreen4 ?? null;
     this.listScreen6 = table?.listScreen6 ?? null;
   }

@@ -148,6 +148,8 @@ export class BundleLoader {
   /** The GeoIP inputs (kinds and digests) of the kept table. */
   private geoKey = '';
   private readonly racyNs: bigint;
+  /** A table of the kept GeoIP databases alone (see geoOnlyTable), with the geoKey it was built for. */
+  private geoTable: { readonly key: string; readonly table: AddressTable } | undefined;
   /** List and database files read so far (the others were known unchanged). */
   filesRead = 0;
 
@@ -246,6 +248,32 @@ export class BundleLoader {
       this.geoKey = geoKey;
     }
     return { evaluator, table, rulesets, digest: whole.digest('hex'), tableReused, missing };
+  }
+
+  /** What the kept table's GeoIP data was read from (kinds and digests): equal keys, equal GeoIP ranges. */
+  get geoIpKey(): string {
+    return this.geoKey;
+  }
+
+  /**
+   * A table of the kept table's GeoIP databases alone, without lists (built on
+   * the first call after the databases change); undefined when there are none.
+   * Its value screens are those of every table of these databases (see
+   * AddressTable.shareValueScreens): a loader in a worker thread builds them
+   * there, after the table it loaded left for the packet loop.
+   */
+  geoOnlyTable(): AddressTable | undefined {
+    if (this.geoTable?.key === this.geoKey) return this.geoTable.table;
+    let country: CountryTable | undefined;
+    let asn: AsnTable | undefined;
+    for (const p of this.parsed.values()) {
+      if (p.kind === 'country') country = p.value as CountryTable;
+      else if (p.kind === 'asn') asn = p.value as AsnTable;
+    }
+    if (country === undefined && asn === undefined) return undefined;
+    const table = AddressTable.build({ country, asn, lists: [] });
+    this.geoTable = { key: this.geoKey, table };
+    return table;
   }
 
   // The digest of a table input: the known one while the file is unchanged

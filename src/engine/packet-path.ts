@@ -131,20 +131,38 @@ export class PacketPath {
    * daemon do).
    */
   warmUp(rounds = WARM_UP_ROUNDS): void {
+    for (let r = 0; r < rounds; r++) this.warmUpSlice(0, Infinity);
+  }
+
+  /**
+   * warmUp() a slice at a time: runs the warm-up frames from index `from`
+   * until `budgetMs` milliseconds have passed (checked every 8 frames), then
+   * puts every counter back as it was; returns the index to go on from
+   * (warmUpFrames.length when done). The daemon warms a bundle up so between
+   * packets, over turns of the event loop, before it swaps it in: packets
+   * handled between two slices are counted, and each slice puts back only
+   * what its own frames counted.
+   */
+  warmUpSlice(from: number, budgetMs: number): number {
     const frames = this.evaluator.warmUpFrames;
-    if (frames.length === 0) return;
+    if (from >= frames.length) return frames.length;
     const saved = this.evaluator.saveCounters();
     const counters = Float64Array.from(this.counters.v);
     const lastRule = this.lastRule;
+    const until = performance.now() + budgetMs;
+    let i = from;
     try {
-      for (let r = 0; r < rounds; r++) {
-        for (const f of frames) this.process(f, 0, f.length, f.length, LT_ETHERNET);
+      while (i < frames.length) {
+        const f = frames[i++]!;
+        this.process(f, 0, f.length, f.length, LT_ETHERNET);
+        if ((i & 7) === 0 && performance.now() >= until) break;
       }
     } finally {
       this.evaluator.restoreCounters(saved);
       this.counters.v.set(counters);
       this.lastRule = lastRule;
     }
+    return i;
   }
 
   /** Judges one frame: true when it is dropped. `origLen` is its length on the wire. */

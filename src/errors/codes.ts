@@ -94,6 +94,7 @@ export const ERRORS = Object.freeze({
   RULESET_BAD_PHASE: def(6004, 400, 'ruleset is not for the network_transit phase'),
   RULESET_TOO_MANY_LISTS: def(6005, 400, 'more lists referenced than the engine supports'),
   RULESET_BAD_EXECUTE: def(6006, 400, 'an execute rule names a missing or unusable managed ruleset'),
+  BUNDLE_LOADER_FAILED: def(6008, 500, 'the daemon\'s bundle loader (its worker thread) stopped during a load; the reload is rejected'),
 
   // 7xxx: the HTTP API (routing, requests, authentication, resources)
   API_NO_ROUTE: def(7000, 404, 'no route for that URI'),

@@ -106,12 +106,42 @@ export class ConstantPool {
    * screens).
    */
   readonly lazyValues = new Map<number, Map<number, number[]> | null>();
+  /**
+   * Where each constant that is not plain data came from (a closure, a range
+   * set with methods), by index in `values`: the checked node it was made
+   * from and how. Plain data (typed arrays, Sets of numbers) has none. A
+   * bundle compiled in a worker thread crosses to the packet loop as source
+   * and data; such constants are made again there from these recipes (see
+   * engine/bundle-transfer.ts).
+   */
+  readonly origins = new Map<number, ConstantOrigin>();
 
-  /** Adds a constant and returns the code that reads it. */
-  ref(v: unknown): string {
+  /** Adds a constant and returns the code that reads it; `origin` for one that is not plain data. */
+  ref(v: unknown, origin?: ConstantOrigin): string {
     this.values.push(v);
+    if (origin !== undefined) this.origins.set(this.values.length - 1, origin);
     return `K[${this.values.length - 1}]`;
   }
+}
+
+/**
+ * How a constant that is not plain data is made from a checked node: its
+ * predicate (compileChecked), the getter of its int operand (intGetter), or
+ * its NumberRangeSet.
+ */
+export interface ConstantOrigin {
+  readonly node: Checked;
+  readonly make: 'predicate' | 'int-getter' | 'int-set';
+}
+
+/** The constant `origin` describes, made again from its node (see ConstantPool.origins). */
+export function makeConstant(origin: ConstantOrigin, lists: ListProvider | undefined): unknown {
+  const n = origin.node;
+  if (origin.make === 'predicate') return compileChecked(n, lists);
+  if (n.kind !== 'int-cmp' && n.kind !== 'int-and' && n.kind !== 'int-in') throw new Error(`codegen: a ${origin.make} constant from a ${n.kind} node`);
+  if (origin.make === 'int-getter') return intGetter(n.lhs);
+  if (n.kind !== 'int-in') throw new Error(`codegen: an int-set constant from a ${n.kind} node`);
+  return n.set;
 }
 
 // Only finite numbers reach generated source, printed by Number#toString.
@@ -241,14 +271,14 @@ function generateTest(node: Checked, pool: ConstantPool, lists: ListProvider | u
     case 'const':
       return node.value ? 'true' : 'false';
     case 'int-cmp': {
-      const v = intValue(node.lhs, pool, e);
+      const v = intValue(node, pool, e);
       const k = num(node.value);
       if (node.op === '!=') return `(${v} !== ${k} && ${v} === ${v})`;
       const op = node.op === '==' ? '===' : node.op;
       return `(${v} ${op} ${k})`;
     }
     case 'int-and':
-      return `((${intValue(node.lhs, pool, e)} & ${num(node.mask)}) !== 0)`;
+      return `((${intValue(node, pool, e)} & ${num(node.mask)}) !== 0)`;
     case 'int-in':
     case 'ip-in':
     case 'ip-list':
@@ -299,7 +329,7 @@ function generateTest(node: Checked, pool: ConstantPool, lists: ListProvider | u
             ranges.push(parts.length === 0 ? 'true' : `(${parts.join(' && ')})`);
           }
           v6 = `(${ranges.join(' || ')})`;
-        } else v6 = callOnContext(pool.ref(compileChecked(node, lists)), e);
+        } else v6 = callOnContext(pool.ref(compileChecked(node, lists), { node, make: 'predicate' }), e);
         return `(${f} === 4 ? ${v4} : ${f} === 6 && ${v6})`;
       }
       if (node.kind === 'int-in' && node.lhs.kind === 'field') {
@@ -321,13 +351,13 @@ function generateTest(node: Checked, pool: ConstantPool, lists: ListProvider | u
           const b = pool.ref(bits);
           return `(${v} >= 0 && ${v} <= 65535 && ((${b}[${v} >>> 5] >>> (${v} & 31)) & 1) === 1)`;
         }
-        return `${pool.ref(set)}.has(${v})`;
+        return `${pool.ref(set, { node, make: 'int-set' })}.has(${v})`;
       }
       // The remaining forms reuse the closure compiler's specialised predicates.
       if (node.kind !== 'ip-in' && node.kind !== 'ip-list' && node.kind !== 'int-in') {
         for (const f of node.field.anyOf ?? [node.field]) pool.bytesRead.add(f.name);
       }
-      return callOnContext(pool.ref(compileChecked(node, lists)), e);
+      return callOnContext(pool.ref(compileChecked(node, lists), { node, make: 'predicate' }), e);
     case 'ip-cmp': {
       const f = fieldHole('F', node.field.slot);
       const a4 = fieldHole('A4', node.field.slot);
@@ -344,7 +374,7 @@ function generateTest(node: Checked, pool: ConstantPool, lists: ListProvider | u
         if (node.op === '==') return `(${f} === 6 && ${eq})`;
         return `(${f} === 4 || (${f} === 6 && !(${eq})))`;
       }
-      return callOnContext(pool.ref(compileChecked(node, lists)), e);
+      return callOnContext(pool.ref(compileChecked(node, lists), { node, make: 'predicate' }), e);
     }
   }
 }
@@ -440,11 +470,13 @@ function isEquality(node: Checked): boolean {
   return node.kind === 'int-cmp' && node.op === '==' && node.lhs.kind === 'field';
 }
 
-function intValue(lhs: IntOperand, pool: ConstantPool, e: Emitted): string {
+// The value of an int test's operand (`node.lhs`).
+function intValue(node: Extract<Checked, { lhs: IntOperand }>, pool: ConstantPool, e: Emitted): string {
+  const lhs = node.lhs;
   if (lhs.kind === 'field') return fieldHole('I', lhs.field.slot);
   // bit_slice: the compiler's getter (absent = NaN), called from the generated code.
   pool.bytesRead.add(lhs.field.name);
-  return callOnContext(pool.ref(intGetter(lhs)), e);
+  return callOnContext(pool.ref(intGetter(lhs), { node, make: 'int-getter' }), e);
 }
 
 type BytesTest = Extract<Checked, { kind: 'bytes-cmp' | 'bytes-in' }>;

@@ -5,7 +5,7 @@ export { ExecutionContext, internBytes, type LazyResolver } from './context.js';
 export { parse } from './parser.js';
 export { check, canonicalListName, MANAGED_LISTS, type CheckOptions, type CheckResult } from './checker.js';
 export { compileChecked, intGetter, type Predicate } from './compiler.js';
-export { generate, compileGenerated, ConstantPool, CODEGEN_LOCALS, contextRead, fieldHole, renderCode, type FieldRead, type GeneratedCode } from './codegen.js';
+export { generate, compileGenerated, ConstantPool, makeConstant, type ConstantOrigin, CODEGEN_LOCALS, contextRead, fieldHole, renderCode, type FieldRead, type GeneratedCode } from './codegen.js';
 export { Filter, checkExpression, compileExpression, type CheckReport, type ExpressionOptions } from './filter.js';
 export { renderError, lineColumn } from './diagnostics.js';
 export { DEFAULT_LIMITS, type Limits } from './limits.js';

@@ -138,6 +138,38 @@ export class AddressTable {
     return new AddressTable(buildTableParts(input));
   }
 
+  /**
+   * A table over arrays buildTableParts made, taken as they are (not copied):
+   * those of a table built in a worker thread, whose buffers were transferred.
+   */
+  static fromParts(parts: TableParts): AddressTable {
+    return new AddressTable(parts);
+  }
+
+  /** The table's arrays, as fromParts() takes them (the same arrays, not copies). */
+  get parts(): TableParts {
+    const { countryCodes, listNames, seg4, index4, rec4, country4, asn4, lists4, starts6, index6, record6, country6, asn6, lists6, rec6, aliases6, listScreen4, listScreen6 } = this;
+    return { countryCodes, listNames, seg4, index4, rec4, country4, asn4, lists4, starts6, index6, record6, country6, asn6, lists6, rec6, aliases6, listScreen4, listScreen6 };
+  }
+
+  /** The value screens built so far (or taken), by the question they answer (as valueScreen keys it). */
+  get valueScreens(): ReadonlyMap<string, Uint32Array> {
+    return this.screens;
+  }
+
+  /**
+   * Takes value screens built by a table of the same GeoIP ranges (see
+   * shareValueScreens; `valueScreens` of that table): a loader in a worker
+   * thread builds them there, from a table of its GeoIP data alone.
+   */
+  adoptValueScreens(screens: Iterable<readonly [string, Uint32Array]>): void {
+    for (const [memo, screen] of screens) {
+      if (this.screens.has(memo)) continue;
+      if (this.screens.size >= MAX_SCREENS) this.screens.delete(this.screens.keys().next().value!);
+      this.screens.set(memo, screen);
+    }
+  }
+
   /** Number of IPv4 segments. */
   get segments4(): number {
     return this.seg4.length / 3;

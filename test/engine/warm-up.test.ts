@@ -1,7 +1,8 @@
 // Warm-up frames (engine/warm-up.ts) and PacketPath.warmUp(): a bundle's
 // frames meet each rule's tests, `and`s and `not`s included, as frames of the
 // packet program's kind; they are the same for the same rules; warming a path
-// changes none of its counters, hits or logs. (What warming
+// changes none of its counters, hits or logs, nor does warming it in slices
+// with packets judged between them (the daemon's swap). (What warming
 // saves, a first pass without deoptimisations, is measured by
 // bench/pipeline.bench.ts in fresh processes.)
 
@@ -89,5 +90,46 @@ describe('PacketPath.warmUp', () => {
       expect(Array.from(ev.hitPackets)).toEqual(Array.from(twin.hitPackets));
       expect(warmed.counters.dropped, `programs: ${programs}`).toBeGreaterThan(0);
     }
+  });
+
+  it('in slices (as the daemon warms up between packets): every frame runs once, and packets judged between slices stay counted', () => {
+    const rules = [
+      { action: 'log', expression: 'tcp.dstport == 6644' },
+      ...NARROW.map((expression) => ({ action: 'block', expression })),
+    ];
+    const frames = frameVariants(new Rng(77).fork()).slice(0, 200);
+    const ev = compile(rules);
+    const twin = compile(rules);
+    const sliced = new PacketPath(ev, {});
+    const plain = new PacketPath(twin, {});
+    const total = ev.warmUpFrames.length;
+    expect(total).toBe(72);
+    // Count the frames each slice runs, through the path's own process().
+    let processed = 0;
+    const process = sliced.process.bind(sliced);
+    sliced.process = (...args) => {
+      processed++;
+      return process(...args);
+    };
+    let next = 0;
+    let slices = 0;
+    let live = 0;
+    while (next < total) {
+      // A budget of 0 ms: a slice stops at the first time check, after 8 frames.
+      const after = sliced.warmUpSlice(next, 0);
+      expect(after - next).toBe(8);
+      next = after;
+      slices++;
+      // Packets of the live traffic between two slices, judged and counted as usual.
+      for (let k = 0; k < 10; k++, live++) {
+        const f = frames[live]!;
+        expect(process(f, 0, f.length, f.length, LINKTYPE.ETHERNET)).toBe(plain.process(f, 0, f.length, f.length, LINKTYPE.ETHERNET));
+      }
+    }
+    expect([slices, processed, sliced.warmUpSlice(total, 0)]).toEqual([9, 72, 72]);
+    // What the slices ran left no trace; what ran between them did, as on a path never warmed.
+    expect(Array.from(sliced.counters.v)).toEqual(Array.from(plain.counters.v));
+    expect(Array.from(ev.hitPackets)).toEqual(Array.from(twin.hitPackets));
+    expect(sliced.counters.packets).toBe(90);
   });
 });

@@ -22,6 +22,12 @@ export class MemorySource implements FrameSource {
     this.counts.bytes += frame.length;
     this.handler!(frame, frame.length, false);
   }
+  /** Delivers the first `length` bytes of `buf`, as a live capture does from the one buffer it reuses. */
+  deliverBytes(buf: Buffer, length: number): void {
+    this.counts.packets++;
+    this.counts.bytes += length;
+    this.handler!(buf, length, false);
+  }
   send(frame: Uint8Array, length: number): boolean {
     this.counts.sent++;
     if (this.keepSent) this.sentFrames.push(Buffer.from(frame.subarray(0, length)));

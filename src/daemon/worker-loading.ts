@@ -1,0 +1,150 @@
+// Bundle loading off the packet loop: the daemon's BundleLoading through one
+// long-lived worker thread (loader-worker.ts). The worker reads, compiles and
+// builds the address table; this side (the packet loop) only makes the
+// bundle's functions again and wraps the transferred arrays (engine's
+// BundleImporter), so a swap stalls packet handling for milliseconds, not for
+// the hundreds a list change costs to load (bench/swap.bench.ts). A worker
+// that dies rejects the load it was doing (code 6008) and is replaced on the
+// next load; the daemon keeps running its bundle.
+
+import { existsSync } from 'node:fs';
+import { fileURLToPath } from 'node:url';
+import { Worker } from 'node:worker_threads';
+import type { Logger } from 'pino';
+import { BundleImporter, loadErrorOf, type BundleFiles, type LoadErrorData, type LoadedBundle, type TransferredBundle } from '../engine/index.js';
+import { ERRORS, MoatError } from '../errors/index.js';
+import type { BundleLoading } from './bundle-source.js';
+
+/** A load asked of the worker. */
+export interface LoaderRequest {
+  readonly id: number;
+  readonly files: BundleFiles;
+}
+
+/** The worker's answer to a load. */
+export type LoaderReply =
+  | { readonly id: number; readonly ok: true; readonly bundle: TransferredBundle }
+  | { readonly id: number; readonly ok: false; readonly error: LoadErrorData };
+
+/**
+ * The worker's script: the compiled loader-worker.js beside this module; run
+ * from the TypeScript sources (the tests), the one `npm run build` put in
+ * dist/, since a worker thread runs JavaScript only.
+ */
+export function loaderWorkerScript(): URL {
+  return import.meta.url.endsWith('.ts') ? new URL('../../dist/src/daemon/loader-worker.js', import.meta.url) : new URL('./loader-worker.js', import.meta.url);
+}
+
+/** Whether the worker's script is there (always, but from sources before a build). */
+export function loaderWorkerAvailable(script = loaderWorkerScript()): boolean {
+  return existsSync(fileURLToPath(script));
+}
+
+interface Pending {
+  readonly resolve: (b: LoadedBundle) => void;
+  readonly reject: (err: Error) => void;
+}
+
+/** BundleLoading through a worker thread. stop() ends the thread. */
+export class WorkerLoading implements BundleLoading {
+  private worker: Worker | undefined;
+  private readonly pending = new Map<number, Pending>();
+  private nextId = 1;
+  private readonly importer = new BundleImporter();
+  private stopped = false;
+  /** Workers started, the first included (a restart after a death adds one). */
+  started = 0;
+  /** What the last load's result cost this thread (ms), by step (see BundleImporter.lastTimings): what loading costs the packet loop. */
+  get lastImport(): BundleImporter['lastTimings'] {
+    return this.importer.lastTimings;
+  }
+
+  constructor(
+    private readonly log: Logger,
+    private readonly script: URL = loaderWorkerScript(),
+  ) {}
+
+  /** The worker thread, while one runs (for diagnostics and tests). */
+  get thread(): Worker | undefined {
+    return this.worker;
+  }
+
+  load(files: BundleFiles): Promise<LoadedBundle> {
+    if (this.stopped) return Promise.reject(new MoatError('BUNDLE_LOADER_FAILED', 'the bundle loader is stopped (the daemon is stopping)'));
+    let w: Worker;
+    try {
+      w = this.ensureWorker();
+    } catch (err) {
+      return Promise.reject(new MoatError('BUNDLE_LOADER_FAILED', `cannot start the bundle loader's worker thread: ${(err as Error).message}`, { cause: err }));
+    }
+    const id = this.nextId++;
+    return new Promise<LoadedBundle>((resolve, reject) => {
+      this.pending.set(id, { resolve, reject });
+      // The thread keeps the process alive only while it has work (see ensureWorker).
+      w.ref();
+      w.postMessage({ id, files } satisfies LoaderRequest);
+    });
+  }
+
+  /** Ends the worker thread; loads still running are rejected. Idempotent. */
+  async stop(): Promise<void> {
+    this.stopped = true;
+    const w = this.worker;
+    this.worker = undefined;
+    this.rejectAll('the bundle loader was stopped during the load (the daemon is stopping)');
+    if (w !== undefined) await w.terminate();
+  }
+
+  private ensureWorker(): Worker {
+    if (this.worker !== undefined) return this.worker;
+    if (!loaderWorkerAvailable(this.script)) throw new Error(`${fileURLToPath(this.script)} is missing (running from the TypeScript sources: npm run build)`);
+    const w = new Worker(this.script, { name: 'moat-bundle-loader' });
+    this.started++;
+    w.on('message', (reply: LoaderReply) => this.settle(reply));
+    w.on('error', (err) => this.died(w, `it threw ${err.message}`));
+    w.on('exit', (code) => this.died(w, `it exited with code ${code}`));
+    // Idle, the thread does not keep the process alive (a daemon's captures do; a test that forgot stop() still ends).
+    w.unref();
+    this.worker = w;
+    return w;
+  }
+
+  private settle(reply: LoaderReply): void {
+    const p = this.pending.get(reply.id);
+    if (p === undefined) return;
+    this.pending.delete(reply.id);
+    if (this.pending.size === 0) this.worker?.unref();
+    if (!reply.ok) {
+      p.reject(loadErrorOf(reply.error));
+      return;
+    }
+    let bundle: LoadedBundle;
+    try {
+      bundle = this.importer.import(reply.bundle);
+    } catch (err) {
+      // A reply this side cannot take (a bug): the worker's loader may now count on a table this
+      // side does not have, so a new worker, whose loader starts from nothing, takes the next load.
+      p.reject(err as Error);
+      const w = this.worker;
+      this.worker = undefined;
+      this.rejectAll(`the bundle loader was restarted after a reply it could not take (${(err as Error).message})`);
+      if (w !== undefined) void w.terminate();
+      return;
+    }
+    p.resolve(bundle);
+  }
+
+  // A worker that died: what it was loading is rejected; the next load starts a new one.
+  private died(w: Worker, why: string): void {
+    if (this.worker !== w) return;
+    this.worker = undefined;
+    if (this.stopped) return;
+    this.log.error({ code: ERRORS.BUNDLE_LOADER_FAILED.code, pending: this.pending.size }, `the bundle loader's worker thread stopped (${why}); a new one starts with the next reload`);
+    this.rejectAll(`the bundle loader's worker thread stopped during the load (${why}); the reload is rejected and the running bundle stays`);
+  }
+
+  private rejectAll(message: string): void {
+    for (const p of this.pending.values()) p.reject(new MoatError('BUNDLE_LOADER_FAILED', message));
+    this.pending.clear();
+  }
+}
