@@ -15,6 +15,8 @@ const SLOW = [
   // Randomised: tens of thousands of generated expressions.
   'test/expr/fuzz.test.ts',
   'test/expr/reference.test.ts',
+  // Hardening (#16): thousands of mutated captures, fuzzed expressions and configurations, with child processes.
+  'test/hardening/captures.test.ts',
 ];
 
 export default defineConfig({
