@@ -30,6 +30,13 @@ export function hostPortProblem(s: string, allowZero = false): string | undefine
   return undefined;
 }
 
+/**
+ * A file path: at most PATH_MAX (4,096 bytes on Linux) characters. A longer
+ * one cannot be opened, and the read error would echo all of it (twice).
+ */
+export const MAX_PATH_LENGTH = 4096;
+const filePath = z.string().min(1).max(MAX_PATH_LENGTH, `a file path of at most ${MAX_PATH_LENGTH} characters`);
+
 const hostPort = z.string().superRefine((s, ctx) => {
   const why = hostPortProblem(s);
   if (why !== undefined) ctx.addIssue({ code: 'custom', message: `HOST:PORT: ${why}` });
@@ -42,18 +49,18 @@ const schema = z.strictObject({
   interfaces: z.array(z.string().min(1).max(15)).min(1),
   rules: z.strictObject({
     /** The account-level network_transit entrypoint (ruleset JSON as the API returns it). */
-    account: z.string().min(1),
+    account: filePath,
     /** The zone-level entrypoint, run after the account's. */
-    zone: z.string().min(1).optional(),
+    zone: filePath.optional(),
     /** Managed rulesets (JSON with their ids) that execute rules of the entrypoints run. */
-    managed: z.array(z.string().min(1)).default([]),
+    managed: z.array(filePath).default([]),
   }),
   /** List contents by name: { "svc.malware": "/etc/moat/lists/malware.txt" }. */
-  lists: z.record(listName, z.string().min(1)).default({}),
+  lists: z.record(listName, filePath).default({}),
   geoip: z
     .strictObject({
-      country: z.string().min(1).optional(),
-      asn: z.string().min(1).optional(),
+      country: filePath.optional(),
+      asn: filePath.optional(),
     })
     .default({}),
   colo: z.strictObject({ name: z.string().optional(), region: z.string().optional() }).default({}),
@@ -88,7 +95,7 @@ const schema = z.strictObject({
   /** Optional: write dropped packets to a size-capped, rotating pcap file. */
   dropCapture: z
     .strictObject({
-      path: z.string().min(1),
+      path: filePath,
       /** Bytes per file before rotating. Default 64 MiB. */
       maxBytes: z.number().int().min(4096).default(64 << 20),
       /** Files kept: path, path.1, ... path.(files-1). */

@@ -69,6 +69,25 @@ describe('the daemon configuration', () => {
     expect(e.message).toMatch(new RegExp(`^${f}:4:3: `));
   });
 
+  it('refuses a file path over 4,096 characters (PATH_MAX) with 5002 naming the key, without echoing the path', () => {
+    const long = '/x'.repeat(2049);
+    const cases: [Record<string, unknown>, string][] = [
+      [{ rules: { account: long } }, 'rules.account'],
+      [{ rules: { account: 'a.json', zone: long } }, 'rules.zone'],
+      [{ rules: { account: 'a.json', managed: ['m.json', long] } }, 'rules.managed.1'],
+      [{ lists: { office: long } }, 'lists.office'],
+      [{ geoip: { asn: long } }, 'geoip.asn'],
+      [{ dropCapture: { path: long } }, 'dropCapture.path'],
+    ];
+    for (const [extra, key] of cases) {
+      const e = error(() => validateDaemonConfig({ ...minimal, ...extra }, 'd.jsonc'));
+      expect(e.code, key).toBe(5002);
+      expect(e.message, key).toBe(`d.jsonc: ${key}: a file path of at most 4096 characters`);
+    }
+    // 4,096 characters is a path.
+    expect(validateDaemonConfig({ ...minimal, rules: { account: '/' + 'x'.repeat(4095) } }).rules.account).toHaveLength(4096);
+  });
+
   it('validates metrics.listen: port 1-65535, an IPv4 or bracketed IPv6 literal or a host name (5002 naming the key)', () => {
     const bad: [string, string][] = [
       ['1.2.3.4:99999', 'port 99999 is out of range: 1-65535'],
