@@ -134,17 +134,23 @@ function deepFreeze<T>(v: T): T {
   return v;
 }
 
+/** Problems a configuration error lists; the rest are counted. */
+export const MAX_REPORTED_ISSUES = 10;
+
 /** Validates a parsed configuration object; `file` names it in errors and anchors relative paths. */
 export function validateDaemonConfig(raw: unknown, file = '<config>'): DaemonConfig {
   const r = schema.safeParse(raw);
   if (!r.success) {
-    const lines = r.error.issues.map((i) => {
+    const issues = r.error.issues;
+    // The first few problems: a value repeated wrong 100,000 times is one line, not megabytes.
+    const lines = issues.slice(0, MAX_REPORTED_ISSUES).map((i) => {
       // Keys come from the file: quoted cut and escaped, like any input a message echoes.
       const key = i.path.length === 0 ? '(top level)' : i.path.map((p) => (typeof p === 'string' && !/^[A-Za-z0-9_.$-]{1,80}$/.test(p) ? quoteInput(p) : String(p))).join('.');
       const msg = i.code === 'unrecognized_keys' ? `unknown key${i.keys.length > 1 ? 's' : ''} ${i.keys.map((k) => quoteInput(k)).join(', ')}` : escapeControls(i.message);
       return `${key}: ${msg}`;
     });
-    const first = r.error.issues[0]!;
+    if (issues.length > MAX_REPORTED_ISSUES) lines.push(`and ${issues.length - MAX_REPORTED_ISSUES} more problems`);
+    const first = issues[0]!;
     throw new MoatError('CONFIG_INVALID', `${file}: ${lines.join('; ')}`, {
       file,
       pointer: '/' + first.path.map(String).join('/'),

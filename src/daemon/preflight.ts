@@ -40,16 +40,22 @@ export function effectiveCapabilities(status = '/proc/self/status'): bigint | un
   }
 }
 
+/** Missing interfaces named one per line; the rest are counted in one more line. */
+export const MAX_MISSING_LINES = 10;
+
 const has = (caps: bigint, cap: number) => (caps & (1n << BigInt(cap))) !== 0n;
 
 /** Every reason the daemon could not start on this host with `config`; empty when it can. */
 export async function preflight(config: DaemonConfig, options: { capabilities?: bigint | undefined } = {}): Promise<MoatError[]> {
   const errors: MoatError[] = [];
-  const present = interfaceNames();
-  for (const name of config.interfaces) {
-    if (!present.includes(name) && !existsSync(`/sys/class/net/${name}`)) {
-      errors.push(new MoatError('CAPTURE_NO_DEVICE', `interfaces: no such network interface "${name}" in this network namespace (there are: ${present.join(', ') || 'none'})`, { pointer: '/interfaces' }));
-    }
+  const present = new Set(interfaceNames());
+  const missing = config.interfaces.filter((name) => !present.has(name) && !existsSync(`/sys/class/net/${name}`));
+  // A line per missing interface, up to a few: a generated list of thousands is one more line, not thousands.
+  for (const name of missing.slice(0, MAX_MISSING_LINES)) {
+    errors.push(new MoatError('CAPTURE_NO_DEVICE', `interfaces: no such network interface "${name}" in this network namespace (there are: ${[...present].join(', ') || 'none'})`, { pointer: '/interfaces' }));
+  }
+  if (missing.length > MAX_MISSING_LINES) {
+    errors.push(new MoatError('CAPTURE_NO_DEVICE', `interfaces: and ${missing.length - MAX_MISSING_LINES} more interfaces that do not exist in this network namespace`, { pointer: '/interfaces' }));
   }
   const caps = 'capabilities' in options ? options.capabilities : effectiveCapabilities();
   if (caps !== undefined && !has(caps, CAP_NET_RAW)) {

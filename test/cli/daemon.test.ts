@@ -76,6 +76,16 @@ describe('moat daemon --check', () => {
     expect(await preflight(c, { capabilities: (1n << 13n) | (1n << 12n) })).toEqual([]);
   });
 
+  it('names ten missing interfaces a line each and counts the rest in one more line (100,000 missing are 11 lines)', async () => {
+    const names = Array.from({ length: 100_000 }, (_, i) => `nosuch${i}`);
+    const c = validateDaemonConfig({ mode: 'monitor', interfaces: ['lo', ...names], rules: { account: 'x.json' }, metrics: { enabled: false } });
+    const errors = await preflight(c, { capabilities: (1n << 13n) | (1n << 12n) });
+    expect(errors).toHaveLength(11);
+    expect(errors.every((e) => e.code === 3009)).toBe(true);
+    expect(errors[9]!.message).toMatch(/^interfaces: no such network interface "nosuch9" in this network namespace \(there are: .*\blo\b/);
+    expect(errors[10]!.message).toBe('interfaces: and 99990 more interfaces that do not exist in this network namespace');
+  });
+
   it('names the key of a bad configuration value and exits 1', async () => {
     const f = join(dir, 'bad.jsonc');
     writeFileSync(f, '{ "mode": "inline", "interfaces": ["a", "b"], "rules": { "account": "x.json" }, "capture": { "ringBytes": 10 } }');

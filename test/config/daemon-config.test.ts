@@ -88,6 +88,13 @@ describe('the daemon configuration', () => {
     expect(validateDaemonConfig({ ...minimal, rules: { account: '/' + 'x'.repeat(4095) } }).rules.account).toHaveLength(4096);
   });
 
+  it('lists the first ten problems of a configuration and counts the rest (100,000 bad interfaces are one short line)', () => {
+    const e = error(() => validateDaemonConfig({ ...minimal, interfaces: Array.from({ length: 100_000 }, () => 5) }, 'd.jsonc'));
+    expect(e.code).toBe(5002);
+    const listed = Array.from({ length: 10 }, (_, i) => `interfaces.${i}: Invalid input: expected string, received number`);
+    expect(e.message).toBe(`d.jsonc: ${listed.join('; ')}; and 99990 more problems`);
+  });
+
   it('validates metrics.listen: port 1-65535, an IPv4 or bracketed IPv6 literal or a host name (5002 naming the key)', () => {
     const bad: [string, string][] = [
       ['1.2.3.4:99999', 'port 99999 is out of range: 1-65535'],
