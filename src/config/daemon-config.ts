@@ -35,7 +35,12 @@ export function hostPortProblem(s: string, allowZero = false): string | undefine
  * one cannot be opened, and the read error would echo all of it (twice).
  */
 export const MAX_PATH_LENGTH = 4096;
-const filePath = z.string().min(1).max(MAX_PATH_LENGTH, `a file path of at most ${MAX_PATH_LENGTH} characters`);
+const filePath = z
+  .string()
+  .min(1)
+  .max(MAX_PATH_LENGTH, `a file path of at most ${MAX_PATH_LENGTH} characters`)
+  // The system cannot open it, and node throws a TypeError rather than a system error.
+  .refine((s) => !s.includes('\0'), 'a file path cannot contain a NUL byte');
 
 const hostPort = z.string().superRefine((s, ctx) => {
   const why = hostPortProblem(s);

@@ -69,7 +69,7 @@ describe('the daemon configuration', () => {
     expect(e.message).toMatch(new RegExp(`^${f}:4:3: `));
   });
 
-  it('refuses a file path over 4,096 characters (PATH_MAX) with 5002 naming the key, without echoing the path', () => {
+  it('refuses a file path over 4,096 characters (PATH_MAX) or with a NUL byte with 5002 naming the key, without echoing the path', () => {
     const long = '/x'.repeat(2049);
     const cases: [Record<string, unknown>, string][] = [
       [{ rules: { account: long } }, 'rules.account'],
@@ -84,6 +84,8 @@ describe('the daemon configuration', () => {
       expect(e.code, key).toBe(5002);
       expect(e.message, key).toBe(`d.jsonc: ${key}: a file path of at most 4096 characters`);
     }
+    const nul = error(() => validateDaemonConfig({ ...minimal, lists: { office: '/etc/a\u0000b' } }, 'd.jsonc'));
+    expect(nul.message).toBe('d.jsonc: lists.office: a file path cannot contain a NUL byte');
     // 4,096 characters is a path.
     expect(validateDaemonConfig({ ...minimal, rules: { account: '/' + 'x'.repeat(4095) } }).rules.account).toHaveLength(4096);
   });
