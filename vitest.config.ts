@@ -17,6 +17,7 @@ const SLOW = [
   // Hardening (#16): thousands of mutated captures, fuzzed expressions (time-budgeted) and configurations, with child processes.
   'test/hardening/captures.test.ts',
   'test/hardening/expressions.test.ts',
+  'test/hardening/daemon-configs.test.ts',
 ];
 
 export default defineConfig({
