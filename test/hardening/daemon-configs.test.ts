@@ -234,8 +234,8 @@ describe('broken daemon configurations through moat daemon --check', () => {
       if (code !== undefined) t.codes.set(Number(code), (t.codes.get(Number(code)) ?? 0) + 1);
       const why = judge(b, r);
       if (why !== undefined) t.wrong.push(`${b.what}: ${why}`);
-      // Every 31st (a prime: the kinds vary) again as a process below.
-      if (t.inputs % 31 === 1) sample.push({ b, file, inProcess: r });
+      // Every 47th (a prime: the kinds vary) again as a process below.
+      if (t.inputs % 47 === 1) sample.push({ b, file, inProcess: r });
     }
     const codes = [...t.codes].sort(([a], [b]) => a - b).map(([c, n]) => `${c}: ${n}`).join(', ');
     console.log(
@@ -250,7 +250,7 @@ describe('broken daemon configurations through moat daemon --check', () => {
 
   it('a sample as processes: the same lines and exit code, within 20 s', async () => {
     ensureBuilt();
-    expect(sample.length).toBeGreaterThan(20);
+    expect(sample.length).toBeGreaterThan(12);
     const t = { runs: 0, crashes: 0, hangs: 0, wrong: [] as string[], slowestMs: 0 };
     const queue = [...sample];
     await Promise.all([0, 1].map(async () => {

@@ -20,7 +20,7 @@ import { seedFrom } from '../support/random.js';
 
 const SEED = seedFrom('MOAT_FUZZ_SEED');
 /** Time each property runs for. */
-const BUDGET_MS = Number(process.env['MOAT_FUZZ_MS'] ?? 5000);
+const BUDGET_MS = Number(process.env['MOAT_FUZZ_MS'] ?? 4000);
 /**
  * Most a check and two compilations of one expression (at most 4,096
  * characters) may take, at best of three tries: one slow try is a pause of the
