@@ -13,8 +13,11 @@ const SLOW = [
   'test/engine/replay-differential.test.ts',
   'test/geoip/tshark-geoip.test.ts',
   // Randomised: tens of thousands of generated expressions.
-  'test/expr/fuzz.test.ts',
   'test/expr/reference.test.ts',
+  // Hardening (#16): thousands of mutated captures, fuzzed expressions (time-budgeted) and configurations, with child processes.
+  'test/hardening/captures.test.ts',
+  'test/hardening/expressions.test.ts',
+  'test/hardening/daemon-configs.test.ts',
 ];
 
 export default defineConfig({

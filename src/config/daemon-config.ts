@@ -44,6 +44,18 @@ export function channelUrlProblem(s: string): string | undefined {
   return undefined;
 }
 
+/**
+ * A file path: at most PATH_MAX (4,096 bytes on Linux) characters. A longer
+ * one cannot be opened, and the read error would echo all of it (twice).
+ */
+export const MAX_PATH_LENGTH = 4096;
+const filePath = z
+  .string()
+  .min(1)
+  .max(MAX_PATH_LENGTH, `a file path of at most ${MAX_PATH_LENGTH} characters`)
+  // The system cannot open it, and node throws a TypeError rather than a system error.
+  .refine((s) => !s.includes('\0'), 'a file path cannot contain a NUL byte');
+
 const hostPort = z.string().superRefine((s, ctx) => {
   const why = hostPortProblem(s);
   if (why !== undefined) ctx.addIssue({ code: 'custom', message: `HOST:PORT: ${why}` });
@@ -58,11 +70,11 @@ const schema = z.strictObject({
   rules: z
     .strictObject({
       /** The account-level network_transit entrypoint (ruleset JSON as the API returns it). */
-      account: z.string().min(1),
+      account: filePath,
       /** The zone-level entrypoint, run after the account's. */
-      zone: z.string().min(1).optional(),
+      zone: filePath.optional(),
       /** Managed rulesets (JSON with their ids) that execute rules of the entrypoints run. */
-      managed: z.array(z.string().min(1)).default([]),
+      managed: z.array(filePath).default([]),
     })
     .optional(),
   /**
@@ -79,11 +91,11 @@ const schema = z.strictObject({
       /** The daemon's token (`moat daemons create` prints it); or tokenFile. */
       token: z.string().min(1).max(200).optional(),
       /** A file holding the token (0600, owned by the daemon's user): what a service should use. */
-      tokenFile: z.string().min(1).optional(),
+      tokenFile: filePath.optional(),
       /** PEM file of the CA that signed the control plane's certificate, for wss:// with a private CA. */
-      ca: z.string().min(1).optional(),
+      ca: filePath.optional(),
       /** Where the last applied bundle is kept (created 0700): the daemon enforces it when it starts without its control plane. */
-      stateDir: z.string().min(1),
+      stateDir: filePath,
       /** Seconds between status messages, and a third of the silence that marks the connection dead; default: what the control plane's welcome says (10). */
       heartbeatSeconds: z.number().min(0.05).max(3600).optional(),
       /** Longest wait between reconnection attempts, seconds (back-off from 1 s, doubling, jittered). */
@@ -97,11 +109,11 @@ const schema = z.strictObject({
    */
   failOpen: z.boolean().default(false),
   /** List contents by name: { "svc.malware": "/etc/moat/lists/malware.txt" }. */
-  lists: z.record(listName, z.string().min(1)).default({}),
+  lists: z.record(listName, filePath).default({}),
   geoip: z
     .strictObject({
-      country: z.string().min(1).optional(),
-      asn: z.string().min(1).optional(),
+      country: filePath.optional(),
+      asn: filePath.optional(),
     })
     .default({}),
   colo: z.strictObject({ name: z.string().optional(), region: z.string().optional() }).default({}),
@@ -136,7 +148,7 @@ const schema = z.strictObject({
   /** Optional: write dropped packets to a size-capped, rotating pcap file. */
   dropCapture: z
     .strictObject({
-      path: z.string().min(1),
+      path: filePath,
       /** Bytes per file before rotating. Default 64 MiB. */
       maxBytes: z.number().int().min(4096).default(64 << 20),
       /** Files kept: path, path.1, ... path.(files-1). */
@@ -175,17 +187,23 @@ function deepFreeze<T>(v: T): T {
   return v;
 }
 
+/** Problems a configuration error lists; the rest are counted. */
+export const MAX_REPORTED_ISSUES = 10;
+
 /** Validates a parsed configuration object; `file` names it in errors and anchors relative paths. */
 export function validateDaemonConfig(raw: unknown, file = '<config>'): DaemonConfig {
   const r = schema.safeParse(raw);
   if (!r.success) {
-    const lines = r.error.issues.map((i) => {
+    const issues = r.error.issues;
+    // The first few problems: a value repeated wrong 100,000 times is one line, not megabytes.
+    const lines = issues.slice(0, MAX_REPORTED_ISSUES).map((i) => {
       // Keys come from the file: quoted cut and escaped, like any input a message echoes.
       const key = i.path.length === 0 ? '(top level)' : i.path.map((p) => (typeof p === 'string' && !/^[A-Za-z0-9_.$-]{1,80}$/.test(p) ? quoteInput(p) : String(p))).join('.');
       const msg = i.code === 'unrecognized_keys' ? `unknown key${i.keys.length > 1 ? 's' : ''} ${i.keys.map((k) => quoteInput(k)).join(', ')}` : escapeControls(i.message);
       return `${key}: ${msg}`;
     });
-    const first = r.error.issues[0]!;
+    if (issues.length > MAX_REPORTED_ISSUES) lines.push(`and ${issues.length - MAX_REPORTED_ISSUES} more problems`);
+    const first = issues[0]!;
     throw new MoatError('CONFIG_INVALID', `${file}: ${lines.join('; ')}`, {
       file,
       pointer: '/' + first.path.map(String).join('/'),

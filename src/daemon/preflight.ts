@@ -9,7 +9,7 @@ import { createServer } from 'node:net';
 import { networkInterfaces } from 'node:os';
 import { dirname } from 'node:path';
 import type { DaemonConfig } from '../config/index.js';
-import { MoatError } from '../errors/index.js';
+import { MoatError, notRegular, quoteInput } from '../errors/index.js';
 
 /** Linux capability numbers (linux/capability.h). */
 const CAP_NET_ADMIN = 12;
@@ -40,16 +40,22 @@ export function effectiveCapabilities(status = '/proc/self/status'): bigint | un
   }
 }
 
+/** Missing interfaces named one per line; the rest are counted in one more line. */
+export const MAX_MISSING_LINES = 10;
+
 const has = (caps: bigint, cap: number) => (caps & (1n << BigInt(cap))) !== 0n;
 
 /** Every reason the daemon could not start on this host with `config`; empty when it can. */
 export async function preflight(config: DaemonConfig, options: { capabilities?: bigint | undefined } = {}): Promise<MoatError[]> {
   const errors: MoatError[] = [];
-  const present = interfaceNames();
-  for (const name of config.interfaces) {
-    if (!present.includes(name) && !existsSync(`/sys/class/net/${name}`)) {
-      errors.push(new MoatError('CAPTURE_NO_DEVICE', `interfaces: no such network interface "${name}" in this network namespace (there are: ${present.join(', ') || 'none'})`, { pointer: '/interfaces' }));
-    }
+  const present = new Set(interfaceNames());
+  const missing = config.interfaces.filter((name) => !present.has(name) && !existsSync(`/sys/class/net/${name}`));
+  // A line per missing interface, up to a few: a generated list of thousands is one more line, not thousands.
+  for (const name of missing.slice(0, MAX_MISSING_LINES)) {
+    errors.push(new MoatError('CAPTURE_NO_DEVICE', `interfaces: no such network interface ${quoteInput(name)} in this network namespace (there are: ${[...present].join(', ') || 'none'})`, { pointer: '/interfaces' }));
+  }
+  if (missing.length > MAX_MISSING_LINES) {
+    errors.push(new MoatError('CAPTURE_NO_DEVICE', `interfaces: and ${missing.length - MAX_MISSING_LINES} more interfaces that do not exist in this network namespace`, { pointer: '/interfaces' }));
   }
   const caps = 'capabilities' in options ? options.capabilities : effectiveCapabilities();
   if (caps !== undefined && !has(caps, CAP_NET_RAW)) {
@@ -84,7 +90,18 @@ function tryBind(at: string): Promise<string | undefined> {
 }
 
 // Why a file cannot be created or appended to, or undefined when it can.
+// It must be a regular file or not exist yet: the drop capture is rotated
+// (renamed to path.1, the oldest removed), so /dev/null would be moved away
+// or removed, and a FIFO would block the start until something reads it.
 function unwritable(path: string): string | undefined {
+  try {
+    const st = statSync(path);
+    if (!st.isFile()) return notRegular(st);
+  } catch (err) {
+    const code = (err as NodeJS.ErrnoException).code;
+    if (code === 'ELOOP') return 'too many levels of symbolic links';
+    if (code !== 'ENOENT' && code !== 'ENOTDIR') return code ?? String(err);
+  }
   const dir = dirname(path);
   try {
     if (!statSync(dir).isDirectory()) return `${dir} is not a directory`;

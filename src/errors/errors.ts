@@ -84,7 +84,8 @@ function sizeText(n: number): string {
   return n >= MIB ? `${(n / MIB).toFixed(n % MIB === 0 ? 0 : 1)} MiB` : `${n} bytes`;
 }
 
-function notRegular(st: Stats): string {
+/** Why a file that exists is not a regular file: `it is a FIFO (named pipe), not a regular file`. */
+export function notRegular(st: Stats): string {
   return st.isDirectory()
     ? 'it is a directory'
     : st.isFIFO()

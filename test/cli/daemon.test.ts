@@ -3,7 +3,8 @@
 // the interfaces, the capture capability, the metrics address and the drop
 // capture path; and it warns (or with --strict, fails) on rules that read data
 // the configuration does not give.
-import { mkdtempSync, writeFileSync } from 'node:fs';
+import { execFileSync } from 'node:child_process';
+import { mkdtempSync, symlinkSync, writeFileSync } from 'node:fs';
 import { createServer, type AddressInfo } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -74,6 +75,42 @@ describe('moat daemon --check', () => {
     expect(await preflight(c, { capabilities: 1n << 12n })).toMatchObject([{ code: 3010, message: expect.stringMatching(/lacks CAP_NET_RAW: /) as unknown }]);
     expect(await preflight(c, { capabilities: 0n })).toMatchObject([{ code: 3010, message: expect.stringMatching(/lacks CAP_NET_RAW and CAP_NET_ADMIN/) as unknown }]);
     expect(await preflight(c, { capabilities: (1n << 13n) | (1n << 12n) })).toEqual([]);
+  });
+
+  it('refuses a drop capture path that is not a regular file (rotation would rename or remove /dev/null; a FIFO would block the start) with 5012', async () => {
+    const fifo = join(dir, 'drops.fifo');
+    execFileSync('mkfifo', [fifo]);
+    const loop = join(dir, 'drops.loop');
+    symlinkSync(loop, loop);
+    const cases: [string, string][] = [
+      ['/dev/null', 'it is a character device, not a regular file'],
+      [fifo, 'it is a FIFO (named pipe), not a regular file'],
+      [dir, 'it is a directory'],
+      [loop, 'too many levels of symbolic links'],
+    ];
+    for (const [path, why] of cases) {
+      const c = validateDaemonConfig({ mode: 'monitor', interfaces: ['lo'], rules: { account: 'x.json' }, metrics: { enabled: false }, dropCapture: { path } });
+      expect(await preflight(c, { capabilities: (1n << 13n) | (1n << 12n) }), path).toMatchObject([{ code: 5012, message: `dropCapture.path ${path}: cannot write: ${why}` }]);
+    }
+    // A regular file, or none yet in a writable directory, is fine.
+    writeFileSync(join(dir, 'drops.pcap'), '');
+    for (const path of [join(dir, 'drops.pcap'), join(dir, 'new-drops.pcap')]) {
+      const c = validateDaemonConfig({ mode: 'monitor', interfaces: ['lo'], rules: { account: 'x.json' }, metrics: { enabled: false }, dropCapture: { path } });
+      expect(await preflight(c, { capabilities: (1n << 13n) | (1n << 12n) }), path).toEqual([]);
+    }
+  });
+
+  it('names ten missing interfaces a line each and counts the rest in one more line (100,000 missing are 11 lines)', async () => {
+    const names = Array.from({ length: 100_000 }, (_, i) => `nosuch${i}`);
+    const c = validateDaemonConfig({ mode: 'monitor', interfaces: ['lo', ...names], rules: { account: 'x.json' }, metrics: { enabled: false } });
+    const errors = await preflight(c, { capabilities: (1n << 13n) | (1n << 12n) });
+    expect(errors).toHaveLength(11);
+    expect(errors.every((e) => e.code === 3009)).toBe(true);
+    expect(errors[9]!.message).toMatch(/^interfaces: no such network interface "nosuch9" in this network namespace \(there are: .*\blo\b/);
+    expect(errors[10]!.message).toBe('interfaces: and 99990 more interfaces that do not exist in this network namespace');
+    // A name is quoted escaped: control characters never reach the terminal raw.
+    const odd = validateDaemonConfig({ mode: 'monitor', interfaces: ['\u001b[2J\u0007'], rules: { account: 'x.json' }, metrics: { enabled: false } });
+    expect((await preflight(odd, { capabilities: (1n << 13n) | (1n << 12n) }))[0]!.message).toMatch(/^interfaces: no such network interface "\\u001b\[2J\\u0007" in this network namespace/);
   });
 
   it('names the key of a bad configuration value and exits 1', async () => {

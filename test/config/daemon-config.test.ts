@@ -73,6 +73,34 @@ describe('the daemon configuration', () => {
     expect(e.message).toMatch(new RegExp(`^${f}:4:3: `));
   });
 
+  it('refuses a file path over 4,096 characters (PATH_MAX) or with a NUL byte with 5002 naming the key, without echoing the path', () => {
+    const long = '/x'.repeat(2049);
+    const cases: [Record<string, unknown>, string][] = [
+      [{ rules: { account: long } }, 'rules.account'],
+      [{ rules: { account: 'a.json', zone: long } }, 'rules.zone'],
+      [{ rules: { account: 'a.json', managed: ['m.json', long] } }, 'rules.managed.1'],
+      [{ lists: { office: long } }, 'lists.office'],
+      [{ geoip: { asn: long } }, 'geoip.asn'],
+      [{ dropCapture: { path: long } }, 'dropCapture.path'],
+    ];
+    for (const [extra, key] of cases) {
+      const e = error(() => validateDaemonConfig({ ...minimal, ...extra }, 'd.jsonc'));
+      expect(e.code, key).toBe(5002);
+      expect(e.message, key).toBe(`d.jsonc: ${key}: a file path of at most 4096 characters`);
+    }
+    const nul = error(() => validateDaemonConfig({ ...minimal, lists: { office: '/etc/a\u0000b' } }, 'd.jsonc'));
+    expect(nul.message).toBe('d.jsonc: lists.office: a file path cannot contain a NUL byte');
+    // 4,096 characters is a path.
+    expect(validateDaemonConfig({ ...minimal, rules: { account: '/' + 'x'.repeat(4095) } }).rules?.account).toHaveLength(4096);
+  });
+
+  it('lists the first ten problems of a configuration and counts the rest (100,000 bad interfaces are one short line)', () => {
+    const e = error(() => validateDaemonConfig({ ...minimal, interfaces: Array.from({ length: 100_000 }, () => 5) }, 'd.jsonc'));
+    expect(e.code).toBe(5002);
+    const listed = Array.from({ length: 10 }, (_, i) => `interfaces.${i}: Invalid input: expected string, received number`);
+    expect(e.message).toBe(`d.jsonc: ${listed.join('; ')}; and 99990 more problems`);
+  });
+
   it('validates metrics.listen: port 1-65535, an IPv4 or bracketed IPv6 literal or a host name (5002 naming the key)', () => {
     const bad: [string, string][] = [
       ['1.2.3.4:99999', 'port 99999 is out of range: 1-65535'],
