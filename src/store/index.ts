@@ -28,3 +28,4 @@ export {
   type Rejection,
   type StatusUpdate,
 } from './daemons.js';
+export type { Health, HealthEvent, HealthEventListener } from './health-event.js';
