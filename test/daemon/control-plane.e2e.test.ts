@@ -10,7 +10,7 @@
 // directory reaches both when the first returns; a list bulk operation
 // reaches the daemon; a revoked token is disconnected; a token of account B
 // receives B's bundle and never A's.
-import { mkdtempSync, writeFileSync } from 'node:fs';
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -215,6 +215,7 @@ describe.runIf(RUN)('moat serve and two daemons, end to end', () => {
 
   afterAll(async () => {
     await topo?.destroy();
+    rmSync(dir, { recursive: true, force: true });
   }, 60_000);
 
   it('enforces a rule added through the API with the SDK within a second', async () => {
