@@ -241,6 +241,36 @@ export class Database {
     }
   }
 
+  /**
+   * A value that changes whenever anything was committed to the database
+   * since it was last read: by this connection (SQLite's total_changes(), the
+   * rows it ever changed, whatever path wrote them) or by another one, in this
+   * process or another (PRAGMA data_version, which changes exactly then). One
+   * statement that reads no table: what a memo of a read checks before it
+   * trusts itself (see Users.verifyKey, RulesetStore.entrypointStamp), so that
+   * a key revoked by `moat users revoke` in another process stops working on
+   * the next request, as it did when every request read the key's row.
+   */
+  changeEpoch(): string {
+    // Read once per turn of the event loop: the statement costs as much as
+    // the reads it saves (measured: 12% of the server's CPU on GET of a
+    // cached entrypoint when read twice per request). Within one turn only
+    // this process runs; its own commits forget the value (committed()), and
+    // another process's commit is seen from the next turn on, as if it had
+    // committed a moment later.
+    if (this.epoch === undefined) {
+      const r = this.db.prepare('SELECT total_changes() AS c, data_version AS v FROM pragma_data_version').get() as { c: number; v: number };
+      this.epoch = `${r.c}:${r.v}`;
+      setImmediate(this.forgetEpoch);
+    }
+    return this.epoch;
+  }
+
+  private epoch: string | undefined;
+  private readonly forgetEpoch = (): void => {
+    this.epoch = undefined;
+  };
+
   private readonly commitListeners = new Set<() => void>();
 
   /**
@@ -257,6 +287,7 @@ export class Database {
   }
 
   private committed(): void {
+    this.epoch = undefined;
     for (const l of this.commitListeners) l();
   }
 

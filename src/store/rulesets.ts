@@ -86,6 +86,8 @@ const VERSION_CACHE_SIZE = 512;
 /** Ruleset rows and versions of one database. */
 export class RulesetStore {
   private readonly cache = new Map<string, VersionRow>();
+  /** Entrypoint stamps by level, phase and version, with the change epoch they were read at. */
+  private readonly stamps = new Map<string, { epoch: string; stamp: VersionStamp | undefined }>();
 
   constructor(readonly store: Database) {}
 
@@ -146,6 +148,19 @@ export class RulesetStore {
 
   /** The entrypoint of a phase at a level and the stamp of its latest version (or of `version`), or undefined. */
   entrypointStamp(level: Visibility, phase: string, version?: number): VersionStamp | undefined {
+    // Remembered until anything commits (see Database.changeEpoch): one
+    // statement reading no table instead of a join of two.
+    const epoch = this.store.changeEpoch();
+    const key = `${level.accountId}/${level.zoneId ?? ''}/${phase}/${version ?? ''}`;
+    const memo = this.stamps.get(key);
+    if (memo !== undefined && memo.epoch === epoch) return memo.stamp;
+    const stamp = this.readEntrypointStamp(level, phase, version);
+    if (this.stamps.size >= 10_000) this.stamps.clear();
+    this.stamps.set(key, { epoch, stamp });
+    return stamp;
+  }
+
+  private readEntrypointStamp(level: Visibility, phase: string, version?: number): VersionStamp | undefined {
     const db = this.store.db;
     const on = version === undefined ? 'v.version = r.latest_version' : 'v.version = ?';
     const args: unknown[] = version === undefined ? [] : [version];

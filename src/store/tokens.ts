@@ -109,11 +109,26 @@ export class Tokens {
   verify(token: string): Principal | undefined {
     if (!isWellFormedToken(token)) return undefined;
     const h = digest(token);
+    // A token verified since the last commit anywhere comes from the memo
+    // (see Database.changeEpoch; as Users.verifyKey): no query at all. Only
+    // matches are kept.
+    const epoch = this.store.changeEpoch();
+    const memoKey = h.toString('base64');
+    const memo = this.verified.get(memoKey);
+    if (memo !== undefined && memo.epoch === epoch) return memo.principal;
     // Its queries (token, accounts, zones, scope) in one read transaction: one
     // snapshot, and SQLite's WAL read lock taken once instead of per query
     // (measured in process: 30 us per verify before, 14 us after).
-    return this.store.read(() => this.principalOf(h));
+    const principal = this.store.read(() => this.principalOf(h));
+    if (principal !== undefined) {
+      if (this.verified.size >= 10_000) this.verified.clear();
+      this.verified.set(memoKey, { epoch, principal });
+    }
+    return principal;
   }
+
+  /** Tokens that matched, by hash, with the change epoch they were read at. */
+  private readonly verified = new Map<string, { epoch: string; principal: Principal }>();
 
   private principalOf(h: Buffer): Principal | undefined {
     const row = this.store.db

@@ -78,6 +78,30 @@ describe('keys', () => {
     expect(users.verifyKey('c@example.com', key, () => true)).toEqual({ outcome: 'unknown' });
   });
 
+  it('are remembered once verified only until anything commits: a revocation or a new grant through another connection (another process) counts from the next turn of the event loop', async () => {
+    const nextTurn = () => new Promise((resolve) => setImmediate(resolve));
+    const { dir, store } = open();
+    const users = new Users(store);
+    const { key } = users.create({ email: 'ops@example.com', accounts: [ACCOUNT] });
+    expect(users.verify('ops@example.com', key)?.accounts.has(ACCOUNT)).toBe(true);
+    // Verified again with no commit in between: from the memo, the same answer.
+    expect(users.verify('ops@example.com', key)?.accounts.has(ACCOUNT)).toBe(true);
+    const other = open(dir).store; // a second connection to the same file, as `moat users` in another process
+    const OTHER_ACCOUNT = 'fedcba9876543210fedcba9876543210';
+    other.db.prepare("INSERT INTO accounts VALUES (?, '2026-01-01T00:00:00.000000Z')").run(OTHER_ACCOUNT);
+    other.db.prepare('INSERT INTO user_accounts SELECT id, ? FROM users WHERE email = ?').run(OTHER_ACCOUNT, 'ops@example.com');
+    await nextTurn();
+    expect(users.verify('ops@example.com', key)?.accounts.has(OTHER_ACCOUNT)).toBe(true);
+    new Users(other).revoke('ops@example.com');
+    await nextTurn();
+    expect(users.verify('ops@example.com', key)).toBeUndefined();
+    // Its own commits count at once.
+    const again = users.addKey('ops@example.com');
+    expect(users.verify('ops@example.com', again)?.email).toBe('ops@example.com');
+    users.revoke('ops@example.com');
+    expect(users.verify('ops@example.com', again)).toBeUndefined();
+  });
+
   it('cost the same to refuse for a known and an unknown email (medians of 3,000 interleaved checks)', () => {
     const { store } = open();
     const users = new Users(store);
