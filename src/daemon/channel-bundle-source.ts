@@ -82,6 +82,8 @@ export class ChannelBundleSource implements BundleSource {
   /** Parses, checks and writes the messages; `inbox` takes them one at a time, in arrival order. */
   readonly intake: BundleIntake;
   private inbox: Promise<void> = Promise.resolve();
+  /** Applied bundles recorded (persisted, made current, acknowledged) one at a time, in the order they were loaded. */
+  private recording: Promise<void> = Promise.resolve();
 
   /** Opens the state directory and reads the token and CA: throws MoatError 5012 or 5001 when they cannot be used. */
   constructor(config: DaemonConfig, options: ChannelOptions = {}) {
@@ -363,12 +365,20 @@ export class ChannelBundleSource implements BundleSource {
   // A bundle written to the state directory: the daemon loads it, then
   // (applied) it becomes the current one there, then the ack.
   private async onBundle(ws: WebSocket, seq: number, cached: CachedBundle): Promise<void> {
-    const log = this.log!;
-    const pending: Pending = { bundle: cached, seq: seq };
+    const pending: Pending = { bundle: cached, seq };
     this.pending = pending;
     const v = cached.versions;
     const outcome = await this.onChange!(`control plane bundle ${seq}: account version ${v.account ?? '-'}, zone version ${v.zone ?? '-'}`);
     if (this.pending === pending) this.pending = undefined;
+    // Outcomes come in the order of the daemon's loads; recorded and acknowledged in that order too
+    // (a large bundle's fsyncs must not make it the current one after the smaller one loaded next).
+    const recorded = this.recording.then(() => this.record(ws, seq, cached, outcome));
+    this.recording = recorded.catch(() => {});
+    await recorded;
+  }
+
+  private async record(ws: WebSocket, seq: number, cached: CachedBundle, outcome: ReloadOutcome): Promise<void> {
+    const log = this.log!;
     if (outcome.applied) {
       const applied = this.loadedFrom.get(outcome.digest) ?? cached;
       try {
