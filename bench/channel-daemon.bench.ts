@@ -6,7 +6,8 @@
 // the event loop, as a capture's callbacks would, and a probe frame after
 // them. Each round writes through the API and times the write's start to the
 // first probe dropped by the rule (or list entry) the write added; the pump
-// also records the longest pause of the packet loop in the round.
+// also records the longest pause of the packet loop in the round, and then,
+// for as long again, without a change (the noise floor of a shared machine).
 //
 // Two kinds of change: rules-only (a rule added to the account entrypoint; a
 // ~5 KB bundle, its lists not sent again), and a 100k-prefix list changed by a
@@ -67,6 +68,11 @@ interface Side {
   /** Per round: the API's answer, and the bundle message's arrival at the daemon (ms from the write's start). */
   readonly answered: number[];
   readonly arrived: number[];
+  /** Per round, from the bundle message's arrival to the first packet judged by it: the daemon's share (rules-only, list). */
+  readonly daemonRules: number[];
+  readonly daemonLists: number[];
+  /** Longest pause of the same pump in windows without any change: the machine's noise floor. */
+  readonly idle: number[];
   /** When the daemon's source last received a message (this process's clock). */
   lastMessageAt: number;
 }
@@ -149,7 +155,7 @@ async function connected(name: string, kind: 'worker' | 'in-thread', dataDir: st
     sources.set(iface, s);
     return s;
   }, source);
-  const side: Side = { name, serve, daemon, input: undefined as unknown as MemorySource, port: undefined as unknown as Port, base, headers: s0.headers, account, rulesetId: ep['id'] as string, listId: list['id'] as string, dataDir, rules: [], lists: [], pauseRules: [], pauseLists: [], gc: [], answered: [], arrived: [], lastMessageAt: 0 };
+  const side: Side = { name, serve, daemon, input: undefined as unknown as MemorySource, port: undefined as unknown as Port, base, headers: s0.headers, account, rulesetId: ep['id'] as string, listId: list['id'] as string, dataDir, rules: [], lists: [], pauseRules: [], pauseLists: [], gc: [], answered: [], arrived: [], daemonRules: [], daemonLists: [], idle: [], lastMessageAt: 0 };
   await daemon.start();
   side.input = sources.get('in0')!;
   side.port = daemon.ports[0]!;
@@ -194,6 +200,15 @@ async function round(s: Side, n: number, list: boolean): Promise<void> {
   meter.close();
   (list ? s.lists : s.rules).push(judgedAt - t0);
   s.arrived.push(s.lastMessageAt - t0);
+  (list ? s.daemonLists : s.daemonRules).push(judgedAt - s.lastMessageAt);
+  // The noise floor beside it: the same pump, as long, without a change.
+  const idle = new LoopPauseMeter(() => {
+    for (let i = 0; i < PUMP_BATCH + 1; i++) s.input.deliver(background[k++ % background.length]!);
+  });
+  idle.start();
+  await new Promise((r) => setTimeout(r, Math.min(1000, judgedAt - t0 + TAIL_MS)));
+  s.idle.push((await idle.stop()).longestMs);
+  idle.close();
   (list ? s.pauseLists : s.pauseRules).push(pause.longestMs);
   s.gc.push(pause.longestGcMs);
   // The swap's tail done (recorded in the state directory, acknowledged) before the other side's round.
@@ -218,6 +233,7 @@ export async function runChannelDaemonBench(): Promise<void> {
     const f = (x: number) => `${x.toFixed(1).padStart(6)} ms`;
     const sorted = (xs: readonly number[]) => [...xs].sort((a, b) => a - b);
     const [a, b] = sides as [Side, Side];
+    const mx = (xs: number[]) => Math.max(...xs);
     const row = (label: string, xa: number[], xb: number[], aim?: number) => {
       const sa = sorted(xa);
       const sb = sorted(xb);
@@ -226,12 +242,14 @@ export async function runChannelDaemonBench(): Promise<void> {
     console.log('(A: the daemon as it is, bundle messages taken and bundles loaded in worker threads; reference B: both on the event loop, the daemon before #17 item 11)');
     row(`rules-only change, ${a.rules.length} rounds`, a.rules, b.rules, AIMS.rulesP99);
     row(`100k-prefix list change, ${a.lists.length} rounds`, a.lists, b.lists);
-    const mx = (xs: number[]) => Math.max(...xs);
+    row('  of which in the daemon, rules-only', a.daemonRules, b.daemonRules);
+    row('  of which in the daemon, list change', a.daemonLists, b.daemonLists);
     const pa = mx([...a.pauseRules, ...a.pauseLists]);
     console.log(`${'longest packet-loop pause, rules-only'.padEnd(40)} max ${f(mx(a.pauseRules))}  p50 ${f(percentile(sorted(a.pauseRules), 50))}  |  reference max ${f(mx(b.pauseRules))}`);
     console.log(`${'longest packet-loop pause, list change'.padEnd(40)} max ${f(mx(a.pauseLists))}  (each: ${a.pauseLists.map((x) => x.toFixed(2)).join(', ')})  |  reference max ${f(mx(b.pauseLists))}`);
     const med = (xs: number[]) => percentile(sorted(xs), 50).toFixed(1);
     console.log(`where the time goes, p50 over all rounds: API answered ${med(a.answered)} ms (B ${med(b.answered)}); bundle message at the daemon ${med(a.arrived)} ms (B ${med(b.arrived)})`);
+    console.log(`${'longest pump pause without any change'.padEnd(40)} p50 ${f(percentile(sorted(a.idle), 50))}  max ${f(mx(a.idle))}  |  B's p50 ${f(percentile(sorted(b.idle), 50))}  max ${f(mx(b.idle))}  (a window as long as each round, after it: this machine's noise floor)`);
     console.log(`longest GC pause of the process in a round: A ${mx(a.gc).toFixed(2)} ms, B ${mx(b.gc).toFixed(2)} ms (one heap: both daemons live in this process)`);
     console.log(`aim: no packet-loop pause over ${AIMS.pause} ms: ${pa <= AIMS.pause ? 'met' : 'NOT met'} (longest ${pa.toFixed(2)} ms, vs ${mx([...b.pauseRules, ...b.pauseLists]).toFixed(2)} ms on the event loop)`);
   } finally {
