@@ -27,7 +27,7 @@ import { setFlagsFromString } from 'node:v8';
 import { runInNewContext } from 'node:vm';
 import { pino } from 'pino';
 import { validateDaemonConfig } from '../src/config/index.js';
-import { ChannelBundleSource, Daemon, type Port } from '../src/daemon/index.js';
+import { ChannelBundleSource, Daemon, WorkerLoading, type Port } from '../src/daemon/index.js';
 import { Daemons, Database } from '../src/store/index.js';
 import { MemorySource } from '../test/support/memory-source.js';
 import { buildFrame, TCP } from '../test/support/packet-builder.js';
@@ -77,6 +77,9 @@ interface Side {
   readonly idle: number[];
   /** When the daemon's source last received a message (this process's clock). */
   lastMessageAt: number;
+  /** What the swap's own steps cost the packet loop, per round (ms): the message handed over, the worker's result made again, the longest warm-up slice. */
+  readonly steps: Array<{ list: boolean; takeMs: number; importMs: number; pathsMs: number; sliceMs: number }>;
+  lastTakeMs: number;
 }
 
 function lines(child: ChildProcess, onLine: (l: string) => void): void {
@@ -150,14 +153,17 @@ async function connected(name: string, kind: 'worker' | 'in-thread', dataDir: st
   const take = source.intake.take.bind(source.intake);
   source.intake.take = (data: Buffer) => {
     side.lastMessageAt = now();
-    return take(data);
+    const p = take(data);
+    // On the worker's path, what take() does before it returns is all the packet loop does with the message.
+    side.lastTakeMs = now() - side.lastMessageAt;
+    return p;
   };
   const daemon = new Daemon(config, pino({ level: 'warn' }), (iface) => {
     const s = new MemorySource(iface, false);
     sources.set(iface, s);
     return s;
   }, source);
-  const side: Side = { name, serve, daemon, input: undefined as unknown as MemorySource, port: undefined as unknown as Port, base, headers: s0.headers, account, rulesetId: ep['id'] as string, listId: list['id'] as string, dataDir, rules: [], lists: [], pauseRules: [], pauseLists: [], gc: [], answered: [], arrived: [], daemonRules: [], daemonLists: [], idle: [], lastMessageAt: 0 };
+  const side: Side = { name, serve, daemon, input: undefined as unknown as MemorySource, port: undefined as unknown as Port, base, headers: s0.headers, account, rulesetId: ep['id'] as string, listId: list['id'] as string, dataDir, rules: [], lists: [], pauseRules: [], pauseLists: [], gc: [], answered: [], arrived: [], daemonRules: [], daemonLists: [], idle: [], lastMessageAt: 0, steps: [], lastTakeMs: 0 };
   await daemon.start();
   side.input = sources.get('in0')!;
   side.port = daemon.ports[0]!;
@@ -211,6 +217,10 @@ async function round(s: Side, n: number, list: boolean): Promise<void> {
   (list ? s.lists : s.rules).push(judgedAt - t0);
   s.arrived.push(s.lastMessageAt - t0);
   (list ? s.daemonLists : s.daemonRules).push(judgedAt - s.lastMessageAt);
+  if (s.daemon.loading instanceof WorkerLoading) {
+    const imp = s.daemon.loading.lastImport;
+    s.steps.push({ list, takeMs: s.lastTakeMs, importMs: imp.tableMs + imp.constantsMs + imp.functionsMs, pathsMs: s.daemon.lastSwap.pathsMs, sliceMs: s.daemon.lastSwap.longestSliceMs });
+  }
   // The noise floor beside it: the same pump, as long, without a change.
   const idle = new LoopPauseMeter(() => {
     for (let i = 0; i < PUMP_BATCH + 1; i++) s.input.deliver(background[k++ % background.length]!);
@@ -259,6 +269,11 @@ export async function runChannelDaemonBench(): Promise<void> {
     console.log(`${'longest packet-loop pause, list change'.padEnd(40)} max ${f(mx(a.pauseLists))}  (each: ${a.pauseLists.map((x) => x.toFixed(2)).join(', ')})  |  reference max ${f(mx(b.pauseLists))}`);
     const med = (xs: number[]) => percentile(sorted(xs), 50).toFixed(1);
     console.log(`where the time goes, p50 over all rounds: API answered ${med(a.answered)} ms (B ${med(b.answered)}); bundle message at the daemon ${med(a.arrived)} ms (B ${med(b.arrived)})`);
+    for (const list of [false, true]) {
+      const st = a.steps.filter((x) => x.list === list);
+      const m = (k: 'takeMs' | 'importMs' | 'pathsMs' | 'sliceMs') => `${k.replace('Ms', '')} max ${mx(st.map((x) => x[k])).toFixed(2)} ms`;
+      console.log(`the swap's own steps on A's packet loop, ${list ? 'list change' : 'rules-only '}: ${m('takeMs')} (the message to the intake), ${m('importMs')} (the worker's bundle made again), ${m('pathsMs')}, longest warm-up ${m('sliceMs')}`);
+    }
     console.log(`${'longest pump pause without any change'.padEnd(40)} p50 ${f(percentile(sorted(a.idle), 50))}  max ${f(mx(a.idle))}  |  B's p50 ${f(percentile(sorted(b.idle), 50))}  max ${f(mx(b.idle))}  (a window as long as each round, after it: this machine's noise floor)`);
     console.log(`longest GC pause of the process in a round: A ${mx(a.gc).toFixed(2)} ms, B ${mx(b.gc).toFixed(2)} ms (one heap: both daemons live in this process)`);
     console.log(`aim: no packet-loop pause over ${AIMS.pause} ms: ${pa <= AIMS.pause ? 'met' : 'NOT met'} (longest ${pa.toFixed(2)} ms, vs ${mx([...b.pauseRules, ...b.pauseLists]).toFixed(2)} ms on the event loop)`);

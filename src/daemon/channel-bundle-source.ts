@@ -198,6 +198,7 @@ export class ChannelBundleSource implements BundleSource {
       else void onChange('SIGHUP');
     };
     process.on('SIGHUP', this.sighup);
+    this.intake.warm();
     this.connect();
   }
 
