@@ -272,7 +272,7 @@ export async function runChannelDaemonBench(): Promise<void> {
     for (const list of [false, true]) {
       const st = a.steps.filter((x) => x.list === list);
       const m = (k: 'takeMs' | 'importMs' | 'pathsMs' | 'sliceMs') => `${k.replace('Ms', '')} max ${mx(st.map((x) => x[k])).toFixed(2)} ms`;
-      console.log(`the swap's own steps on A's packet loop, ${list ? 'list change' : 'rules-only '}: ${m('takeMs')} (the message to the intake), ${m('importMs')} (the worker's bundle made again), ${m('pathsMs')}, longest warm-up ${m('sliceMs')}`);
+      console.log(`the swap's own steps on A's packet loop, ${list ? 'list change' : 'rules-only '}: ${m('takeMs')} (the message to the intake${list ? `; ${(a.daemon.bundles as ChannelBundleSource).intake.moved} of ${(a.daemon.bundles as ChannelBundleSource).intake.taken} large ones moved, not copied` : ''}), ${m('importMs')} (the worker's bundle made again), ${m('pathsMs')}, longest warm-up ${m('sliceMs')}`);
     }
     console.log(`${'longest pump pause without any change'.padEnd(40)} p50 ${f(percentile(sorted(a.idle), 50))}  max ${f(mx(a.idle))}  |  B's p50 ${f(percentile(sorted(b.idle), 50))}  max ${f(mx(b.idle))}  (a window as long as each round, after it: this machine's noise floor)`);
     console.log(`longest GC pause of the process in a round: A ${mx(a.gc).toFixed(2)} ms, B ${mx(b.gc).toFixed(2)} ms (one heap: both daemons live in this process)`);
