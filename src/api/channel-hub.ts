@@ -325,6 +325,8 @@ export class ChannelHub implements Runner {
   /** Reads a group's deployment and serializes what every variant of its bundle shares. */
   private build(accountId: string, zoneId: string | null): Built {
     this.buildCount++;
+    // Each list keeps one entry (its latest contents); deleted lists' stay until this bound clears them all.
+    if (this.listMemo.size > 256) this.listMemo.clear();
     const dep = readAccountDeployment(this.store, accountId, zoneId ?? undefined, this.listMemo);
     const names = Object.keys(dep.lists).sort();
     const lists = names.map((name) => {
