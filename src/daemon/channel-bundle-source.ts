@@ -38,6 +38,8 @@ export interface ChannelOptions {
   random?: () => number;
   /** Where large messages are parsed, checked and written: a worker thread (the default once built), or the event loop (for comparison). */
   intake?: 'worker' | 'in-thread';
+  /** The intake worker's script (tests: one that fails). */
+  intakeScript?: URL;
 }
 
 /** A bundle of the state directory being loaded, with what the ack needs. */
@@ -92,7 +94,7 @@ export class ChannelBundleSource implements BundleSource {
     this.cp = config.controlPlane;
     this.cache = new BundleCache(this.cp.stateDir);
     this.cache.open();
-    this.intake = new BundleIntake(this.cache, options.intake);
+    this.intake = new BundleIntake(this.cache, options.intake, options.intakeScript);
     this.url = channelUrl(this.cp.url);
     this.token(); // a token file that cannot be read stops the start, not the first connection
     this.ca = this.cp.ca === undefined ? undefined : readSecret(this.cp.ca, 'controlPlane.ca', 'CA file');
@@ -326,7 +328,16 @@ export class ChannelBundleSource implements BundleSource {
   }
 
   private async onMessage(ws: WebSocket, data: RawData): Promise<void> {
-    const taken = await this.intake.take(Array.isArray(data) ? Buffer.concat(data) : Buffer.isBuffer(data) ? data : Buffer.from(data));
+    let taken;
+    try {
+      taken = await this.intake.take(Array.isArray(data) ? Buffer.concat(data) : Buffer.isBuffer(data) ? data : Buffer.from(data));
+    } catch (err) {
+      // The intake's thread died with the message (a new one takes the next): unacknowledged, it would hold
+      // the control plane's pushes to this daemon; a new connection's hello has it sent again.
+      this.log!.error({ err: { message: (err as Error).message } }, 'cannot take a control plane message; reconnecting');
+      ws.close(CLOSE.INTERNAL, closeReason('the daemon could not take a message'));
+      return;
+    }
     if (taken.kind === 'protocol') return this.protocolError(ws, taken.why);
     if (taken.kind === 'unwritable') {
       // Nothing was applied, and nothing can be until the state directory is writable again.

@@ -106,7 +106,7 @@ function logger(): { log: Logger; lines: Array<Record<string, unknown>> } {
 }
 
 /** A daemon on two in-memory ports ("ga" in, "gb" out) fed by the control plane at `url`. */
-async function daemonFor(url: string, stateDir: string, extra: { failOpen?: boolean; mode?: 'inline' | 'monitor'; metricsPort?: number; heartbeatSeconds?: number; maxBackoffSeconds?: number; initialBackoffMs?: number } = {}) {
+async function daemonFor(url: string, stateDir: string, extra: { failOpen?: boolean; mode?: 'inline' | 'monitor'; metricsPort?: number; heartbeatSeconds?: number; maxBackoffSeconds?: number; initialBackoffMs?: number; intakeScript?: URL } = {}) {
   const mode = extra.mode ?? 'inline';
   const config = validateDaemonConfig(
     {
@@ -120,7 +120,7 @@ async function daemonFor(url: string, stateDir: string, extra: { failOpen?: bool
   );
   const { log, lines } = logger();
   const ports = new Map<string, MemorySource>();
-  const source = new ChannelBundleSource(config, { moat: '9.9.9', initialBackoffMs: extra.initialBackoffMs ?? 50 });
+  const source = new ChannelBundleSource(config, { moat: '9.9.9', initialBackoffMs: extra.initialBackoffMs ?? 50, intakeScript: extra.intakeScript });
   const d = new Daemon(config, log, (iface) => {
     const s = new MemorySource(iface);
     ports.set(iface, s);
@@ -263,6 +263,25 @@ describe('a daemon fed by its control plane', () => {
     cp.push(forged);
     expect(await closed).toEqual([CLOSE.PROTOCOL_ERROR, 'list blocked: its entries do not match its digest']);
     expect([source.intake.taken, d.swaps, d.version.startsWith('1@'), readdirSync(join(state, 'lists'))]).toEqual([1, 1, true, []]);
+  });
+
+  it('closes with 1011 and says hello again when its intake worker dies with a message, keeping the bundle in force', async () => {
+    const cp = new FakeControlPlane();
+    await cp.start();
+    cleanups.push(() => cp.kill());
+    cp.current = bundle(1, '1', [{ id: 'ssh', expression: 'tcp.dstport == 22' }]);
+    // An intake thread that dies as it starts, every time.
+    const script = join(mkdtempSync(join(tmpdir(), 'moat-intake-')), 'dies.mjs');
+    writeFileSync(script, 'process.exit(3);\n');
+    const state = newState();
+    const { d, lines } = await daemonFor(cp.url, state, { intakeScript: new URL(`file://${script}`) });
+    await until('the first ack', () => cp.messages('ack').length === 1);
+    const entries = Array.from({ length: 10_000 }, (_, i) => `10.3.${i >> 8}.${i & 255}`);
+    const closed = new Promise<[number, string]>((r) => cp.connections.at(-1)!.ws.once('close', (code, why) => r([code, why.toString()])));
+    cp.push(bundle(2, '2', [{ id: 'l', expression: 'ip.src in $blocked' }], { blocked: { entries, send: true } }));
+    expect(await closed).toEqual([1011, 'the daemon could not take a message']);
+    await until('a second hello', () => cp.messages('hello').length >= 2);
+    expect([d.version.startsWith('1@'), lines.some((l) => l['msg'] === 'cannot take a control plane message; reconnecting')]).toEqual([true, true]);
   });
 
   it('takes messages in the order they came: a small bundle right after a large one is the one in force at the end', async () => {
