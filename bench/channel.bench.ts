@@ -10,13 +10,17 @@
 // a message of the same size to the same 1,000 clients when told on stdin (the
 // floor of a WebSocket fan-out on this machine, with no database, no
 // authentication, no bundle).
-// Knobs: MOAT_BENCH_CHANNEL_DAEMONS (default 1000), MOAT_BENCH_CHANNEL_ROUNDS (default 20).
+// The second part, commit to the first packet judged on a real daemon and the
+// packet loop's pauses meanwhile, is in channel-daemon.bench.ts.
+// Knobs: MOAT_BENCH_CHANNEL_DAEMONS (default 1000), MOAT_BENCH_CHANNEL_ROUNDS (default 20),
+// MOAT_BENCH_CHANNEL_PART (1 or 2: only that part; default both).
 
 import { spawn, type ChildProcess } from 'node:child_process';
 import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { Daemons, Database } from '../src/store/index.js';
+import { runChannelDaemonBench } from './channel-daemon.bench.js';
 
 const DAEMONS = Number(process.env.MOAT_BENCH_CHANNEL_DAEMONS ?? 1000);
 const ROUNDS = Number(process.env.MOAT_BENCH_CHANNEL_ROUNDS ?? 20);
@@ -216,6 +220,12 @@ async function runBare(padBytes: number): Promise<Result> {
 }
 
 export async function runChannelBench(): Promise<void> {
+  const part = process.env.MOAT_BENCH_CHANNEL_PART;
+  if (part !== '2') await runFanOut();
+  if (part !== '1') await runChannelDaemonBench();
+}
+
+async function runFanOut(): Promise<void> {
   console.log(`\n## Control channel: commit to ack by ${DAEMONS} daemons (light clients in another process), ${ROUNDS} rounds`);
   const dataDir = mkdtempSync(join(tmpdir(), 'moat-bench-channel-'));
   try {

@@ -22,8 +22,12 @@ export interface AccountDeployment {
   lists: Record<string, string[]>;
 }
 
-/** Reads the deployment of an account (and zone) in one read transaction. */
-export function readAccountDeployment(store: Database, accountId: string, zoneId?: string): AccountDeployment {
+/**
+ * Reads the deployment of an account (and zone) in one read transaction.
+ * `listMemo`: list contents read before, by ListStore.contentKey (the hub's: a
+ * 100k-entry list is read from the database once per change, not on every rule change).
+ */
+export function readAccountDeployment(store: Database, accountId: string, zoneId?: string, listMemo?: Map<string, string[]>): AccountDeployment {
   const rulesets = new RulesetStore(store);
   const lists = new ListStore(store);
   const users = new Users(store);
@@ -55,7 +59,19 @@ export function readAccountDeployment(store: Database, accountId: string, zoneId
     for (const m of managed) for (const r of m.rules ?? []) for (const n of listsOf(r.expression)) names.add(n);
     const out: Record<string, string[]> = {};
     for (const name of [...names].sort()) {
-      out[name] = MANAGED_LISTS.includes(name) ? lists.managedEntries(name) : lists.entries(accountId, name);
+      const read = () => (MANAGED_LISTS.includes(name) ? lists.managedEntries(name) : lists.entries(accountId, name));
+      const key = listMemo === undefined ? undefined : lists.contentKey(accountId, name);
+      let entries = key === undefined ? undefined : listMemo!.get(key);
+      if (entries === undefined) {
+        entries = read();
+        if (key !== undefined) {
+          // A list's earlier contents are of no more use: one entry per list.
+          const list = key.slice(0, key.lastIndexOf(':') + 1);
+          for (const k of listMemo!.keys()) if (k.startsWith(list)) listMemo!.delete(k);
+          listMemo!.set(key, entries);
+        }
+      }
+      out[name] = entries;
     }
     return { account, zone, managed, lists: out };
   });

@@ -114,6 +114,10 @@ export class ChannelHub implements Runner {
   private unsubscribe: (() => void) | undefined;
   private stopping = false;
   private buildCount = 0;
+  /** List contents read for bundles, by ListStore.contentKey: a rules-only change does not read a 100k-entry list again (~70 ms). */
+  private readonly listMemo = new Map<string, string[]>();
+  /** Each list content's digest and JSON, made once per content. */
+  private readonly listJson = new WeakMap<string[], { digest: string; json: string }>();
 
   constructor(
     private readonly store: Database,
@@ -321,13 +325,18 @@ export class ChannelHub implements Runner {
   /** Reads a group's deployment and serializes what every variant of its bundle shares. */
   private build(accountId: string, zoneId: string | null): Built {
     this.buildCount++;
-    const dep = readAccountDeployment(this.store, accountId, zoneId ?? undefined);
+    // Each list keeps one entry (its latest contents); deleted lists' stay until this bound clears them all.
+    if (this.listMemo.size > 256) this.listMemo.clear();
+    const dep = readAccountDeployment(this.store, accountId, zoneId ?? undefined, this.listMemo);
     const names = Object.keys(dep.lists).sort();
     const lists = names.map((name) => {
       const entries = dep.lists[name]!;
-      const digest = sha256(entries.join('\n'));
+      // An unchanged list is the same array (listMemo): its digest and JSON are made once per change, not per build.
+      let made = this.listJson.get(entries);
+      if (made === undefined) this.listJson.set(entries, (made = { digest: sha256(entries.join('\n')), json: JSON.stringify(entries) }));
+      const { digest } = made;
       const key = JSON.stringify(name);
-      return { name, digest, bare: `${key}:{"digest":"${digest}"}`, full: `${key}:{"digest":"${digest}","entries":${JSON.stringify(entries)}}` };
+      return { name, digest, bare: `${key}:{"digest":"${digest}"}`, full: `${key}:{"digest":"${digest}","entries":${made.json}}` };
     });
     const content = { account: dep.account ?? null, zone: dep.zone ?? null, managed: dep.managed, lists: Object.fromEntries(lists.map((l) => [l.name, l.digest])) };
     const digest = sha256(JSON.stringify(content));

@@ -1,7 +1,8 @@
 // The daemon's bundle source from its control plane: one WebSocket to `moat
 // serve` (README "The control channel protocol"). Each bundle pushed is
-// written to the state directory, loaded by the daemon, made the current one
-// there, and only then acknowledged; a rejected one is acknowledged with its
+// checked and written to the state directory (a large one in a worker thread:
+// bundle-intake.ts), loaded by the daemon, made the current one there, and
+// only then acknowledged; a rejected one is acknowledged with its
 // errors and the running one stays. The daemon never waits for the channel:
 // it starts on the cached bundle (or none), and losing the control plane
 // changes nothing it enforces. Reconnection backs off (jittered, capped).
@@ -10,29 +11,17 @@ import { statSync } from 'node:fs';
 import type { Logger } from 'pino';
 import { WebSocket, type RawData } from 'ws';
 import { z } from 'zod';
-import { CHANNEL_PATH, CLOSE, HEARTBEAT_SECONDS, PROTOCOL_VERSION, SUBPROTOCOL, closeReason, type Ack, type Bundle, type Hello, type Status } from '../channel/index.js';
+import { CHANNEL_PATH, CLOSE, HEARTBEAT_SECONDS, PROTOCOL_VERSION, SUBPROTOCOL, closeReason, type Ack, type Hello, type Status } from '../channel/index.js';
 import type { DaemonConfig } from '../config/index.js';
 import type { BundleFiles, LoadedBundle } from '../engine/index.js';
 import { ERRORS, MoatError, readRegularFile } from '../errors/index.js';
-import { BundleCache, listDigest, listText, writeFileAtomic, type CachedBundle } from './bundle-cache.js';
+import { BundleCache, writeFileAtomic, type CachedBundle } from './bundle-cache.js';
+import { BundleIntake, issue } from './bundle-intake.js';
 import type { BundleLoading, BundleSource, ReloadOutcome, SourceHost, SourceStatus } from './bundle-source.js';
 
 const digest = z.string().regex(/^[0-9a-f]{64}$/);
 const object = z.record(z.string(), z.unknown());
-// What the daemon reads of the control plane's messages; unknown fields are ignored (a newer control plane may add some).
-const bundleSchema = z.object({
-  type: z.literal('bundle'),
-  seq: z.number().int().min(1),
-  digest,
-  account: object.nullable(),
-  zone: object.nullable(),
-  managed: z.array(object),
-  lists: z.record(
-    z.string().regex(/^[a-z0-9_]+(\.[a-z0-9_]+)*$/, 'a list name'),
-    // An entry is one line of the list file it is written to.
-    z.object({ digest, entries: z.array(z.string().regex(/^[^\r\n]*$/, 'one entry, without line breaks')).optional() }),
-  ),
-});
+// What the daemon reads of the control plane's messages (bundles: bundle-intake.ts); unknown fields are ignored.
 const welcomeSchema = z.object({ type: z.literal('welcome'), protocol: z.number(), heartbeat_seconds: z.number().positive().max(3600), daemon: object });
 const upToDateSchema = z.object({ type: z.literal('up_to_date'), digest });
 
@@ -47,6 +36,10 @@ export interface ChannelOptions {
   initialBackoffMs?: number;
   /** Random numbers in [0, 1) for the jitter. */
   random?: () => number;
+  /** Where large messages are parsed, checked and written: a worker thread (the default once built), or the event loop (for comparison). */
+  intake?: 'worker' | 'in-thread';
+  /** The intake worker's script (tests: one that fails). */
+  intakeScript?: URL;
 }
 
 /** A bundle of the state directory being loaded, with what the ack needs. */
@@ -88,6 +81,11 @@ export class ChannelBundleSource implements BundleSource {
   private readonly random: () => number;
   private readonly moat: string;
   private sighup: (() => void) | undefined;
+  /** Parses, checks and writes the messages; `inbox` takes them one at a time, in arrival order. */
+  readonly intake: BundleIntake;
+  private inbox: Promise<void> = Promise.resolve();
+  /** Applied bundles recorded (persisted, made current, acknowledged) one at a time, in the order they were loaded. */
+  private recording: Promise<void> = Promise.resolve();
 
   /** Opens the state directory and reads the token and CA: throws MoatError 5012 or 5001 when they cannot be used. */
   constructor(config: DaemonConfig, options: ChannelOptions = {}) {
@@ -96,6 +94,7 @@ export class ChannelBundleSource implements BundleSource {
     this.cp = config.controlPlane;
     this.cache = new BundleCache(this.cp.stateDir);
     this.cache.open();
+    this.intake = new BundleIntake(this.cache, options.intake, options.intakeScript);
     this.url = channelUrl(this.cp.url);
     this.token(); // a token file that cannot be read stops the start, not the first connection
     this.ca = this.cp.ca === undefined ? undefined : readSecret(this.cp.ca, 'controlPlane.ca', 'CA file');
@@ -201,6 +200,7 @@ export class ChannelBundleSource implements BundleSource {
       else void onChange('SIGHUP');
     };
     process.on('SIGHUP', this.sighup);
+    this.intake.warm();
     this.connect();
   }
 
@@ -220,6 +220,7 @@ export class ChannelBundleSource implements BundleSource {
       else ws.terminate();
     }
     this.connected = false;
+    void this.intake.stop();
   }
 
   private connect(): void {
@@ -247,7 +248,8 @@ export class ChannelBundleSource implements BundleSource {
     ws.on('message', (data, isBinary) => {
       this.lastHeard = Date.now();
       if (isBinary) return this.protocolError(ws, 'binary frames are not part of the protocol');
-      this.onMessage(ws, data);
+      // In arrival order: a bundle written after the next one's files must not be loaded after it.
+      this.inbox = this.inbox.then(() => this.onMessage(ws, data)).catch((err: unknown) => this.log?.error({ err }, 'handling a control plane message failed; the running bundle stays'));
     });
     ws.on('error', (err) => {
       // A 'close' follows; the error says why (refused, TLS, an HTTP answer instead of an upgrade).
@@ -325,13 +327,30 @@ export class ChannelBundleSource implements BundleSource {
     ws.close(CLOSE.PROTOCOL_ERROR, closeReason(why));
   }
 
-  private onMessage(ws: WebSocket, data: RawData): void {
-    let msg: unknown;
+  private async onMessage(ws: WebSocket, data: RawData): Promise<void> {
+    let taken;
     try {
-      msg = JSON.parse(data.toString());
-    } catch {
-      return this.protocolError(ws, 'a message is not JSON');
+      taken = await this.intake.take(Array.isArray(data) ? Buffer.concat(data) : Buffer.isBuffer(data) ? data : Buffer.from(data));
+    } catch (err) {
+      // The intake's thread died with the message (a new one takes the next): unacknowledged, it would hold
+      // the control plane's pushes to this daemon; a new connection's hello has it sent again.
+      this.log!.error({ err: { message: (err as Error).message } }, 'cannot take a control plane message; reconnecting');
+      ws.close(CLOSE.INTERNAL, closeReason('the daemon could not take a message'));
+      return;
     }
+    if (taken.kind === 'protocol') return this.protocolError(ws, taken.why);
+    if (taken.kind === 'unwritable') {
+      // Nothing was applied, and nothing can be until the state directory is writable again.
+      this.log!.error({ err: { message: taken.message }, stateDir: this.cache.dir }, 'cannot write the bundle to the state directory; rejected, the running one stays');
+      this.send(ws, { type: 'ack', seq: taken.seq, result: 'rejected', digest: taken.digest, errors: [{ code: ERRORS.CLI_SYSTEM.code, message: `state directory ${this.cache.dir}: ${taken.message}`.slice(0, 2000) }] });
+      return;
+    }
+    if (taken.kind === 'bundle') {
+      // Not awaited: the next message is taken while this one loads (the daemon coalesces reloads told meanwhile).
+      this.onBundle(ws, taken.seq, taken.bundle).catch((err: unknown) => this.log?.error({ err }, 'handling a bundle failed; the running one stays'));
+      return;
+    }
+    const msg = taken.message;
     const type = typeof msg === 'object' && msg !== null ? (msg as { type?: unknown }).type : undefined;
     if (type === 'welcome') {
       const w = welcomeSchema.safeParse(msg);
@@ -352,64 +371,49 @@ export class ChannelBundleSource implements BundleSource {
       }
       return;
     }
-    if (type === 'bundle') {
-      const b = bundleSchema.safeParse(msg);
-      if (!b.success) return this.protocolError(ws, `bundle: ${issue(b.error)}`);
-      // onBundle handles its own failures; this is for a bug, which must not end the daemon.
-      this.onBundle(ws, b.data as Bundle).catch((err: unknown) => this.log?.error({ err }, 'handling a bundle failed; the running one stays'));
-      return;
-    }
     this.log!.warn({ type }, 'ignoring a message of a type this daemon does not know');
   }
 
-  // A bundle: its lists and rulesets to the state directory, the daemon
-  // loads it, then (applied) it becomes the current one there, then the ack.
-  private async onBundle(ws: WebSocket, b: Bundle): Promise<void> {
-    const log = this.log!;
-    // Each list's text is made once: its digest is checked on it, and it is what the file holds.
-    const texts = new Map<string, string>();
-    for (const [name, l] of Object.entries(b.lists)) {
-      if (l.entries !== undefined) {
-        const text = listText(l.entries);
-        if (listDigest(text) !== l.digest) return this.protocolError(ws, `list ${name}: its entries do not match its digest`);
-        texts.set(l.digest, text);
-      } else if (!this.cache.hasList(l.digest)) {
-        // Per the protocol: close, and the next hello says which lists this daemon holds.
-        return this.protocolError(ws, `list ${name}: contents ${l.digest.slice(0, 12)} not held here`);
-      }
-    }
-    let cached: CachedBundle;
-    try {
-      // Not yet durable: the swap need not wait for the disk (the ack does, see below).
-      for (const [digest, text] of texts) await this.cache.writeList(digest, text);
-      cached = await this.cache.writeBundle(b);
-    } catch (err) {
-      // Nothing was applied, and nothing can be until the state directory is writable again.
-      log.error({ err, stateDir: this.cache.dir }, 'cannot write the bundle to the state directory; rejected, the running one stays');
-      this.send(ws, { type: 'ack', seq: b.seq, result: 'rejected', digest: b.digest, errors: [{ code: ERRORS.CLI_SYSTEM.code, message: `state directory ${this.cache.dir}: ${(err as Error).message}`.slice(0, 2000) }] });
-      return;
-    }
-    const pending: Pending = { bundle: cached, seq: b.seq };
+  // A bundle written to the state directory: the daemon loads it, then
+  // (applied) it becomes the current one there, then the ack.
+  private async onBundle(ws: WebSocket, seq: number, cached: CachedBundle): Promise<void> {
+    const pending: Pending = { bundle: cached, seq };
     this.pending = pending;
     const v = cached.versions;
-    const outcome = await this.onChange!(`control plane bundle ${b.seq}: account version ${v.account ?? '-'}, zone version ${v.zone ?? '-'}`);
+    const outcome = await this.onChange!(`control plane bundle ${seq}: account version ${v.account ?? '-'}, zone version ${v.zone ?? '-'}`);
     if (this.pending === pending) this.pending = undefined;
+    // Outcomes come in the order of the daemon's loads; recorded and acknowledged in that order too
+    // (a large bundle's fsyncs must not make it the current one after the smaller one loaded next).
+    const recorded = this.recording.then(() => this.record(ws, seq, cached, outcome));
+    this.recording = recorded.catch(() => {});
+    await recorded;
+  }
+
+  private async record(ws: WebSocket, seq: number, cached: CachedBundle, outcome: ReloadOutcome): Promise<void> {
+    const log = this.log!;
     if (outcome.applied) {
       const applied = this.loadedFrom.get(outcome.digest) ?? cached;
       try {
         // Durable before the ack: an acknowledged bundle is the one a restart enforces.
         await this.cache.persist(applied);
         await this.cache.makeCurrent(applied.digest);
-        this.cache.prune(this.pending === undefined ? [] : [this.pending.bundle.digest]);
       } catch (err) {
         log.error({ err, stateDir: this.cache.dir }, 'cannot record the applied bundle in the state directory; a restart without the control plane would enforce the one before');
       }
+      // Between two messages taken (see inbox), so never under the files of a bundle being written.
+      this.inbox = this.inbox.then(() => {
+        try {
+          this.cache.prune(this.pending === undefined ? [] : [this.pending.bundle.digest]);
+        } catch (err) {
+          log.warn({ err, stateDir: this.cache.dir }, 'cannot tidy the state directory');
+        }
+      });
       this.current = applied;
       this.origin = 'live';
-      this.send(ws, { type: 'ack', seq: b.seq, result: 'applied', digest: applied.digest, versions: applied.versions });
+      this.send(ws, { type: 'ack', seq: seq, result: 'applied', digest: applied.digest, versions: applied.versions });
     } else {
       const errors = outcome.errors.slice(0, 100).map((e) => ({ code: e.code, message: e.message.slice(0, 2000), ...(e.pointer === undefined ? {} : { pointer: e.pointer.slice(0, 500) }) }));
-      this.send(ws, { type: 'ack', seq: b.seq, result: 'rejected', digest: b.digest, errors });
+      this.send(ws, { type: 'ack', seq: seq, result: 'rejected', digest: cached.digest, errors });
     }
   }
 
@@ -434,9 +438,4 @@ function readSecret(file: string, key: string, what: string): Buffer {
     const code = (err as NodeJS.ErrnoException).code;
     throw new MoatError('CONFIG_READ', `${key} ${file}: cannot read: ${code === 'ENOENT' ? 'no such file' : (code ?? (err as Error).message)}`, { pointer: `/${key.replace('.', '/')}`, cause: err });
   }
-}
-
-function issue(e: z.ZodError): string {
-  const i = e.issues[0];
-  return i === undefined ? 'invalid' : `${i.path.join('.') || 'message'}: ${i.message}`;
 }

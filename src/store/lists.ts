@@ -437,6 +437,20 @@ export class ListStore {
     this.db.prepare('UPDATE lists SET modified_on = ? WHERE id = ?').run(now, op.list_id);
   }
 
+  /**
+   * What names a list's contents as they are now, for caching them (the control
+   * channel's hub): its id and the generation its content changes count; undefined when missing.
+   */
+  contentKey(accountId: string, name: string): string | undefined {
+    const canonical = managedListName(name);
+    if (canonical !== undefined) {
+      const m = this.db.prepare('SELECT generation FROM managed_lists WHERE name = ?').get(canonical) as { generation: number } | undefined;
+      return `managed:${canonical}:${m?.generation ?? 'none'}`;
+    }
+    const l = this.db.prepare('SELECT id, generation FROM lists WHERE account_id = ? AND name = ?').get(accountId, name) as { id: string; generation: number } | undefined;
+    return l === undefined ? undefined : `${l.id}:${l.generation}`;
+  }
+
   /** The item texts of an account list in address order (for a daemon bundle); LIST_NOT_FOUND when missing. */
   entries(accountId: string, name: string): string[] {
     return this.store.read(() => {

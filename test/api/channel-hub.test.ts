@@ -5,6 +5,7 @@
 import WebSocket from 'ws';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { MAX_DAEMON_MESSAGE } from '../../src/channel/index.js';
+import { readAccountDeployment } from '../../src/api/account-deployment.js';
 import { Daemons, Database } from '../../src/store/index.js';
 import { startApi, type TestApi } from '../support/api.js';
 import { ChannelClient, listDigest, type Msg } from '../support/channel-client.js';
@@ -144,6 +145,25 @@ describe('pushes', () => {
     expect(b3.account.version).toBe('2');
     expect(b3.lists).toEqual({ blocked: { digest: listDigest(['203.0.113.1', '203.0.113.9']), entries: ['203.0.113.1', '203.0.113.9'] } });
     c.close();
+  });
+
+  it('read a list\'s contents from the database once per change: a rule change reuses them, a list change (or a new list of the same name) reads them again', async () => {
+    const user = api.newUser();
+    const listId = await makeList(user.call, user.accountId, 'reused', ['203.0.113.1']);
+    await ok(user.call('PUT', entrypoint(user.accountId), { rules: [rule('ip.src in $reused')] }));
+    const memo = new Map<string, string[]>();
+    const first = readAccountDeployment(api.store, user.accountId, undefined, memo).lists['reused']!;
+    await ok(user.call('PUT', entrypoint(user.accountId), { rules: [rule('ip.src in $reused'), rule('tcp.dstport == 23')] }));
+    const afterRule = readAccountDeployment(api.store, user.accountId, undefined, memo).lists['reused']!;
+    await replaceItems(user.call, user.accountId, listId, ['203.0.113.1', '203.0.113.9']);
+    const afterList = readAccountDeployment(api.store, user.accountId, undefined, memo).lists['reused']!;
+    // Deleted and made again under the same name: another list, whatever its generation.
+    await ok(user.call('PUT', entrypoint(user.accountId), { rules: [] }));
+    await ok(user.call('DELETE', `/accounts/${user.accountId}/rules/lists/${listId}`));
+    await makeList(user.call, user.accountId, 'reused', ['192.0.2.5']);
+    await ok(user.call('PUT', entrypoint(user.accountId), { rules: [rule('ip.src in $reused')] }));
+    const remade = readAccountDeployment(api.store, user.accountId, undefined, memo).lists['reused']!;
+    expect([afterRule === first, afterList, remade, memo.size]).toEqual([true, ['203.0.113.1', '203.0.113.9'], ['192.0.2.5'], 2]);
   });
 
   it('deliver a bundle whose list is larger than one frame\'s copy threshold (64 KiB) whole, as one message', async () => {

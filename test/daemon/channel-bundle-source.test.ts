@@ -106,7 +106,7 @@ function logger(): { log: Logger; lines: Array<Record<string, unknown>> } {
 }
 
 /** A daemon on two in-memory ports ("ga" in, "gb" out) fed by the control plane at `url`. */
-async function daemonFor(url: string, stateDir: string, extra: { failOpen?: boolean; mode?: 'inline' | 'monitor'; metricsPort?: number; heartbeatSeconds?: number; maxBackoffSeconds?: number; initialBackoffMs?: number } = {}) {
+async function daemonFor(url: string, stateDir: string, extra: { failOpen?: boolean; mode?: 'inline' | 'monitor'; metricsPort?: number; heartbeatSeconds?: number; maxBackoffSeconds?: number; initialBackoffMs?: number; intakeScript?: URL } = {}) {
   const mode = extra.mode ?? 'inline';
   const config = validateDaemonConfig(
     {
@@ -120,7 +120,7 @@ async function daemonFor(url: string, stateDir: string, extra: { failOpen?: bool
   );
   const { log, lines } = logger();
   const ports = new Map<string, MemorySource>();
-  const source = new ChannelBundleSource(config, { moat: '9.9.9', initialBackoffMs: extra.initialBackoffMs ?? 50 });
+  const source = new ChannelBundleSource(config, { moat: '9.9.9', initialBackoffMs: extra.initialBackoffMs ?? 50, intakeScript: extra.intakeScript });
   const d = new Daemon(config, log, (iface) => {
     const s = new MemorySource(iface);
     ports.set(iface, s);
@@ -225,6 +225,81 @@ describe('a daemon fed by its control plane', () => {
     cp.push(forged);
     expect(await closed).toEqual([CLOSE.PROTOCOL_ERROR, 'list blocked: its entries do not match its digest']);
     expect([d.swaps, d.version.startsWith('1@'), readdirSync(join(state, 'lists'))]).toEqual([1, true, []]);
+  });
+
+  it('parses, checks and writes a large bundle (a 10,000-prefix list) in its intake worker thread, not on the packet loop, and applies it', async () => {
+    const cp = new FakeControlPlane();
+    await cp.start();
+    cleanups.push(() => cp.kill());
+    cp.current = bundle(1, '1', [{ id: 'ssh', expression: 'tcp.dstport == 22' }]);
+    const state = newState();
+    const { d, source, forwards } = await daemonFor(cp.url, state);
+    await until('the first ack', () => cp.messages('ack').length === 1);
+    // 10,000 /32s of 10.0.0.0/16 and 198.51.100.0/24: ~150 KB of JSON, over the in-thread limit (64 KiB).
+    const entries = [...Array.from({ length: 10_000 }, (_, i) => `10.0.${i >> 8}.${i & 255}`), '198.51.100.0/24'];
+    const big = bundle(2, '2', [{ id: 'l', expression: 'ip.src in $blocked' }], { blocked: { entries, send: true } });
+    expect(JSON.stringify(big).length).toBeGreaterThan(64 * 1024);
+    cp.push(big);
+    await until('the second ack', () => cp.messages('ack').length === 2);
+    // ~150 KB arrive in several reads, which ws assembles into a buffer of its own: moved to the worker, not copied.
+    expect([source.intake.mode, source.intake.taken, source.intake.moved]).toEqual(['worker', 1, 1]);
+    expect(cp.messages('ack')[1]).toMatchObject({ seq: 2, result: 'applied', digest: big.digest });
+    expect(sha(readFileSync(join(state, 'lists', `${big.lists['blocked']!.digest}.txt`), 'utf8'))).toBe(big.lists['blocked']!.digest);
+    expect([forwards(frame('10.0.39.15', 80)), forwards(frame('198.51.100.9', 80)), forwards(frame('192.0.2.1', 80)), d.version.startsWith('2@')]).toEqual([false, false, true, true]);
+  });
+
+  it('closes with 4000 on a large bundle whose list does not match its digest, found by its intake worker', async () => {
+    const cp = new FakeControlPlane();
+    await cp.start();
+    cleanups.push(() => cp.kill());
+    cp.current = bundle(1, '1', [{ id: 'ssh', expression: 'tcp.dstport == 22' }]);
+    const state = newState();
+    const { d, source } = await daemonFor(cp.url, state);
+    await until('the first ack', () => cp.messages('ack').length === 1);
+    const entries = Array.from({ length: 10_000 }, (_, i) => `10.1.${i >> 8}.${i & 255}`);
+    const forged = bundle(2, '2', [{ id: 'l', expression: 'ip.src in $blocked' }], { blocked: { entries, send: true } });
+    forged.lists['blocked']!.entries = [...entries.slice(1), '0.0.0.0/0'];
+    const closed = new Promise<[number, string]>((r) => cp.connections.at(-1)!.ws.once('close', (code, why) => r([code, why.toString()])));
+    cp.push(forged);
+    expect(await closed).toEqual([CLOSE.PROTOCOL_ERROR, 'list blocked: its entries do not match its digest']);
+    expect([source.intake.taken, d.swaps, d.version.startsWith('1@'), readdirSync(join(state, 'lists'))]).toEqual([1, 1, true, []]);
+  });
+
+  it('closes with 1011 and says hello again when its intake worker dies with a message, keeping the bundle in force', async () => {
+    const cp = new FakeControlPlane();
+    await cp.start();
+    cleanups.push(() => cp.kill());
+    cp.current = bundle(1, '1', [{ id: 'ssh', expression: 'tcp.dstport == 22' }]);
+    // An intake thread that dies as it starts, every time.
+    const script = join(mkdtempSync(join(tmpdir(), 'moat-intake-')), 'dies.mjs');
+    writeFileSync(script, 'process.exit(3);\n');
+    const state = newState();
+    const { d, lines } = await daemonFor(cp.url, state, { intakeScript: new URL(`file://${script}`) });
+    await until('the first ack', () => cp.messages('ack').length === 1);
+    const entries = Array.from({ length: 10_000 }, (_, i) => `10.3.${i >> 8}.${i & 255}`);
+    const closed = new Promise<[number, string]>((r) => cp.connections.at(-1)!.ws.once('close', (code, why) => r([code, why.toString()])));
+    cp.push(bundle(2, '2', [{ id: 'l', expression: 'ip.src in $blocked' }], { blocked: { entries, send: true } }));
+    expect(await closed).toEqual([1011, 'the daemon could not take a message']);
+    await until('a second hello', () => cp.messages('hello').length >= 2);
+    expect([d.version.startsWith('1@'), lines.some((l) => l['msg'] === 'cannot take a control plane message; reconnecting')]).toEqual([true, true]);
+  });
+
+  it('takes messages in the order they came: a small bundle right after a large one is the one in force at the end', async () => {
+    const cp = new FakeControlPlane();
+    await cp.start();
+    cleanups.push(() => cp.kill());
+    cp.current = bundle(1, '1', [{ id: 'ssh', expression: 'tcp.dstport == 22' }]);
+    const state = newState();
+    const { d, source } = await daemonFor(cp.url, state);
+    await until('the first ack', () => cp.messages('ack').length === 1);
+    const entries = Array.from({ length: 20_000 }, (_, i) => `10.2.${i >> 8}.${i & 255}`);
+    // The large one takes the worker milliseconds to parse and write; the small one, taken at once, would otherwise overtake it.
+    cp.push(bundle(2, '2', [{ id: 'l', expression: 'ip.src in $blocked' }], { blocked: { entries, send: true } }));
+    const last = bundle(3, '3', [{ id: 'telnet', expression: 'tcp.dstport == 23' }]);
+    cp.push(last);
+    await until('bundle 3 acknowledged', () => cp.messages('ack').some((a) => a['seq'] === 3));
+    await sleep(300); // long enough for a late bundle 2 to have been loaded after it
+    expect([source.intake.taken, d.version.startsWith('3@'), d.bundles.status!().digest]).toEqual([1, true, last.digest]);
   });
 
   it('keeps the applied bundle and the one before it in its state directory, and the lists they name, no more', async () => {

@@ -1,0 +1,287 @@
+// The control channel's second part (issue #17 item 14): from an API write to
+// the first packet judged by the new version on a real daemon. A `moat serve`
+// child process (the built binary, a real SQLite file) feeds a Daemon in this
+// process over the channel on loopback; the daemon's captures are in-memory
+// sources that a pump (bench/loop-pause.ts) feeds a few frames every turn of
+// the event loop, as a capture's callbacks would, and a probe frame after
+// them. Each round writes through the API and times the write's start to the
+// first probe dropped by the rule (or list entry) the write added; the pump
+// also records the longest pause of the packet loop in the round, and then,
+// for as long again, without a change (the noise floor of a shared machine).
+//
+// Two kinds of change: rules-only (a rule added to the account entrypoint; a
+// ~5 KB bundle, its lists not sent again), and a 100k-prefix list changed by a
+// bulk operation (one address added; the whole list travels, ~2 MB). Two
+// daemons, each with its own `moat serve` and data directory, take turns
+// round by round (the machine is shared and noisy; interleaving spreads its
+// noise over both): A, the daemon as it is (bundle messages taken and bundles
+// loaded in worker threads), and B, the reference, the daemon before issue
+// #17's item 11 (both on the event loop).
+// Knobs: MOAT_BENCH_CHANNEL_RULE_ROUNDS (30), MOAT_BENCH_CHANNEL_LIST_ROUNDS (5).
+
+import { spawn, type ChildProcess } from 'node:child_process';
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { setFlagsFromString } from 'node:v8';
+import { runInNewContext } from 'node:vm';
+import { pino } from 'pino';
+import { validateDaemonConfig } from '../src/config/index.js';
+import { ChannelBundleSource, Daemon, WorkerLoading, type Port } from '../src/daemon/index.js';
+import { Daemons, Database } from '../src/store/index.js';
+import { MemorySource } from '../test/support/memory-source.js';
+import { buildFrame, TCP } from '../test/support/packet-builder.js';
+import { LoopPauseMeter } from './loop-pause.js';
+
+const RULE_ROUNDS = Number(process.env.MOAT_BENCH_CHANNEL_RULE_ROUNDS ?? 30);
+const LIST_ROUNDS = Number(process.env.MOAT_BENCH_CHANNEL_LIST_ROUNDS ?? 5);
+const LIST_SIZE = 100_000;
+const BIN = new URL('../src/cli/main.js', import.meta.url).pathname;
+/** Frames the pump delivers per turn, before the probe. */
+const PUMP_BATCH = 16;
+/** How long the pump runs on after the probe was dropped: the swap's tail (warm-up slices, the cache's fsyncs, the ack). */
+const TAIL_MS = 150;
+const AIMS = { rulesP99: 50, pause: 5 };
+const PROBE_PORT = 61_000;
+
+const now = () => performance.timeOrigin + performance.now();
+const frame = (src: string, port: number): Buffer => Buffer.from(buildFrame({ ip: { version: 4, src, dst: '100.64.0.1', ttl: 64 }, l4: { kind: 'tcp', srcPort: 40000, dstPort: port, flags: TCP.SYN } }));
+
+/** Traffic between probes: sources in and out of the list, ports in and out of the rules, none dropped by the changes. */
+const background = Array.from({ length: 64 }, (_, i) => frame(i % 2 === 0 ? `11.${i}.${i}.9` : `100.64.${i}.10`, i % 3 === 0 ? 443 : 1000 + (i % 20)));
+
+interface Side {
+  readonly name: string;
+  readonly serve: ChildProcess;
+  readonly daemon: Daemon;
+  input: MemorySource;
+  port: Port;
+  readonly base: string;
+  readonly headers: Record<string, string>;
+  readonly account: string;
+  readonly rulesetId: string;
+  readonly listId: string;
+  readonly dataDir: string;
+  readonly rules: number[];
+  readonly lists: number[];
+  readonly pauseRules: number[];
+  readonly pauseLists: number[];
+  readonly gc: number[];
+  /** Per round: the API's answer, and the bundle message's arrival at the daemon (ms from the write's start). */
+  readonly answered: number[];
+  readonly arrived: number[];
+  /** Per round, from the bundle message's arrival to the first packet judged by it: the daemon's share (rules-only, list). */
+  readonly daemonRules: number[];
+  readonly daemonLists: number[];
+  /** Longest pause of the same pump in windows without any change: the machine's noise floor. */
+  readonly idle: number[];
+  /** When the daemon's source last received a message (this process's clock). */
+  lastMessageAt: number;
+  /** What the swap's own steps cost the packet loop, per round (ms): the message handed over, the worker's result made again, the longest warm-up slice. */
+  readonly steps: Array<{ list: boolean; takeMs: number; importMs: number; pathsMs: number; sliceMs: number }>;
+  lastTakeMs: number;
+}
+
+function lines(child: ChildProcess, onLine: (l: string) => void): void {
+  let buf = '';
+  child.stdout!.on('data', (d: Buffer) => {
+    buf += d.toString();
+    const parts = buf.split('\n');
+    buf = parts.pop()!;
+    for (const p of parts) onLine(p);
+  });
+}
+
+async function until(what: string, cond: () => boolean, ms = 60_000): Promise<void> {
+  const deadline = Date.now() + ms;
+  while (!cond()) {
+    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
+    await new Promise((r) => setTimeout(r, 5));
+  }
+}
+
+async function api(side: Pick<Side, 'base' | 'headers'>, method: string, path: string, body?: unknown): Promise<Record<string, unknown>> {
+  const res = await fetch(`${side.base}${path}`, { method, headers: side.headers, body: body === undefined ? undefined : JSON.stringify(body) });
+  const json = (await res.json()) as { success: boolean; result: Record<string, unknown>; errors: unknown };
+  if (!json.success) throw new Error(`${method} ${path}: ${JSON.stringify(json.errors)}`);
+  return json.result;
+}
+
+/** A `moat serve` with a 20-rule entrypoint and a 100k-prefix list it uses, and a daemon connected to it, holding its first bundle. */
+async function side(name: string, kind: 'worker' | 'in-thread'): Promise<Side> {
+  const dataDir = mkdtempSync(join(tmpdir(), 'moat-bench-chd-'));
+  const serve = spawn(process.execPath, [BIN, 'serve', '--data-dir', dataDir, '--listen', '127.0.0.1:0', '--log-level', 'warn'], { stdio: ['ignore', 'pipe', 'inherit'] });
+  try {
+    return await connected(name, kind, dataDir, serve);
+  } catch (err) {
+    serve.kill('SIGTERM');
+    rmSync(dataDir, { recursive: true, force: true });
+    throw err;
+  }
+}
+
+async function connected(name: string, kind: 'worker' | 'in-thread', dataDir: string, serve: ChildProcess): Promise<Side> {
+  const out: string[] = [];
+  lines(serve, (l) => out.push(l));
+  await until('moat serve', () => out.some((l) => l.includes('try: curl')), 30_000);
+  const text = out.join('\n');
+  const base = /listening on (\S+)/.exec(text)![1]!;
+  const channel = /control channel for daemons on (\S+)/.exec(text)![1]!;
+  const get = (label: string) => out.find((l) => l.includes(label))!.split(label)[1]!.trim();
+  const s0 = { base, headers: { 'X-Auth-Email': get('X-Auth-Email:'), 'X-Auth-Key': get('X-Auth-Key:'), 'Content-Type': 'application/json' } };
+  const account = get('account id:');
+  const list = await api(s0, 'POST', `/accounts/${account}/rules/lists`, { name: 'bench_blocklist', kind: 'ip' });
+  // 100,000 distinct /24s in 11.0.0.0/8 and 12.0.0.0/8.
+  const items = Array.from({ length: LIST_SIZE }, (_, i) => ({ ip: `${11 + (i >> 16)}.${(i >> 8) & 255}.${i & 255}.0/24` }));
+  const op = await api(s0, 'PUT', `/accounts/${account}/rules/lists/${list['id'] as string}/items`, items);
+  await operationDone(s0, account, op['operation_id'] as string);
+  const rules = [
+    ...Array.from({ length: 20 }, (_, i) => ({ action: 'block', expression: `tcp.dstport == ${1000 + i} and ip.src in {10.${i}.0.0/16}`, description: `rule ${i}` })),
+    { action: 'block', expression: 'ip.src in $bench_blocklist', description: 'the list' },
+  ];
+  const ep = await api(s0, 'PUT', `/accounts/${account}/rulesets/phases/network_transit/entrypoint`, { rules });
+  const store = Database.open(dataDir, { mustExist: true });
+  const token = store.write(() => new Daemons(store).create({ accountId: account, name: `bench-${name}` }).token);
+  store.close();
+  const config = validateDaemonConfig(
+    { mode: 'inline', interfaces: ['in0', 'out0'], controlPlane: { url: channel, token, stateDir: join(dataDir, 'daemon-state') }, metrics: { enabled: false } },
+    join(dataDir, 'daemon.jsonc'),
+  );
+  const sources = new Map<string, MemorySource>();
+  const source = new ChannelBundleSource(config, { moat: 'bench', intake: kind });
+  // Where the time goes: a message's arrival is its handing to the intake (the first thing the source does with it).
+  const take = source.intake.take.bind(source.intake);
+  source.intake.take = (data: Buffer) => {
+    side.lastMessageAt = now();
+    const p = take(data);
+    // On the worker's path, what take() does before it returns is all the packet loop does with the message.
+    side.lastTakeMs = now() - side.lastMessageAt;
+    return p;
+  };
+  const daemon = new Daemon(config, pino({ level: 'warn' }), (iface) => {
+    const s = new MemorySource(iface, false);
+    sources.set(iface, s);
+    return s;
+  }, source);
+  const side: Side = { name, serve, daemon, input: undefined as unknown as MemorySource, port: undefined as unknown as Port, base, headers: s0.headers, account, rulesetId: ep['id'] as string, listId: list['id'] as string, dataDir, rules: [], lists: [], pauseRules: [], pauseLists: [], gc: [], answered: [], arrived: [], daemonRules: [], daemonLists: [], idle: [], lastMessageAt: 0, steps: [], lastTakeMs: 0 };
+  await daemon.start();
+  side.input = sources.get('in0')!;
+  side.port = daemon.ports[0]!;
+  await until(`${name}'s first bundle`, () => daemon.bundles.status!().bundle === 'live', 60_000);
+  return side;
+}
+
+async function operationDone(s: Pick<Side, 'base' | 'headers'>, account: string, id: string): Promise<void> {
+  for (;;) {
+    const o = await api(s, 'GET', `/accounts/${account}/rules/lists/bulk_operations/${id}`);
+    if (o['status'] === 'completed') return;
+    if (o['status'] === 'failed') throw new Error(`bulk operation failed: ${JSON.stringify(o)}`);
+    await new Promise((r) => setTimeout(r, 5));
+  }
+}
+
+// A full garbage collection before each round: both daemons share this process's heap, and one round
+// must not pay for the garbage of the other side's (the in-thread side parses 2 MB messages on it).
+setFlagsFromString('--expose-gc');
+const collect = runInNewContext('gc') as () => void;
+
+/** One change through the API, timed to the first probe the new version drops, with the packet loop's longest pause meanwhile. */
+async function round(s: Side, n: number, list: boolean): Promise<void> {
+  const probe = list ? frame(`198.18.${n >> 8}.${n & 255}`, 443) : frame('100.64.0.10', PROBE_PORT + n);
+  let k = 0;
+  let judgedAt = 0;
+  const meter = new LoopPauseMeter(() => {
+    for (let i = 0; i < PUMP_BATCH; i++) s.input.deliver(background[k++ % background.length]!);
+    if (judgedAt !== 0) return;
+    const dropped = s.port.counters.dropped;
+    s.input.deliver(probe);
+    if (s.port.counters.dropped === dropped + 1) judgedAt = now();
+  });
+  // Not dropped before the change: the probe tells the new version apart.
+  const before = s.port.counters.dropped;
+  s.input.deliver(probe);
+  if (s.port.counters.dropped !== before) throw new Error(`${s.name} round ${n}: the probe was dropped before the change`);
+  const digestBefore = s.daemon.bundles.status!().digest;
+  collect();
+  // Its report (a 'gc' performance entry) is delivered on a later turn: not counted in the round.
+  await new Promise((r) => setTimeout(r, 20));
+  meter.start();
+  const t0 = now();
+  if (list) await api(s, 'POST', `/accounts/${s.account}/rules/lists/${s.listId}/items`, [{ ip: `198.18.${n >> 8}.${n & 255}` }]);
+  else await api(s, 'POST', `/accounts/${s.account}/rulesets/${s.rulesetId}/rules`, { action: 'block', expression: `tcp.dstport == ${PROBE_PORT + n}`, description: `round ${n}` });
+  s.answered.push(now() - t0);
+  await until(`${s.name} round ${n}: the probe dropped`, () => judgedAt !== 0, 30_000);
+  await new Promise((r) => setTimeout(r, TAIL_MS));
+  const pause = await meter.stop();
+  meter.close();
+  (list ? s.lists : s.rules).push(judgedAt - t0);
+  s.arrived.push(s.lastMessageAt - t0);
+  (list ? s.daemonLists : s.daemonRules).push(judgedAt - s.lastMessageAt);
+  if (s.daemon.loading instanceof WorkerLoading) {
+    const imp = s.daemon.loading.lastImport;
+    s.steps.push({ list, takeMs: s.lastTakeMs, importMs: imp.tableMs + imp.constantsMs + imp.functionsMs, pathsMs: s.daemon.lastSwap.pathsMs, sliceMs: s.daemon.lastSwap.longestSliceMs });
+  }
+  // The noise floor beside it: the same pump, as long, without a change.
+  const idle = new LoopPauseMeter(() => {
+    for (let i = 0; i < PUMP_BATCH + 1; i++) s.input.deliver(background[k++ % background.length]!);
+  });
+  idle.start();
+  await new Promise((r) => setTimeout(r, Math.min(1000, judgedAt - t0 + TAIL_MS)));
+  s.idle.push((await idle.stop()).longestMs);
+  idle.close();
+  (list ? s.pauseLists : s.pauseRules).push(pause.longestMs);
+  s.gc.push(pause.longestGcMs);
+  // The swap's tail done (recorded in the state directory, acknowledged) before the other side's round.
+  await until(`${s.name} round ${n}: recorded`, () => s.daemon.bundles.status!().digest !== digestBefore, 10_000);
+}
+
+function percentile(sorted: readonly number[], p: number): number {
+  return sorted[Math.min(sorted.length - 1, Math.ceil((p / 100) * sorted.length) - 1)]!;
+}
+
+/** Runs the real-daemon part of the channel benchmark and prints its figures. */
+export async function runChannelDaemonBench(): Promise<void> {
+  console.log(`\n## Control channel: API write -> first packet judged by the new version on a real daemon (moat serve child, Daemon in process; 21 rules + a ${LIST_SIZE.toLocaleString('en-US')}-prefix list), ${RULE_ROUNDS} rules-only and ${LIST_ROUNDS} list changes per side, interleaved`);
+  const sides: Side[] = [];
+  try {
+    sides.push(await side('A', 'worker'), await side('B', 'in-thread'));
+    const total = RULE_ROUNDS + LIST_ROUNDS;
+    for (let n = 1; n <= total; n++) {
+      const list = n % Math.ceil(total / LIST_ROUNDS) === 0 && sides[0]!.lists.length < LIST_ROUNDS;
+      for (const s of n % 2 === 0 ? sides : [...sides].reverse()) await round(s, n, list);
+    }
+    const f = (x: number) => `${x.toFixed(1).padStart(6)} ms`;
+    const sorted = (xs: readonly number[]) => [...xs].sort((a, b) => a - b);
+    const [a, b] = sides as [Side, Side];
+    const mx = (xs: number[]) => Math.max(...xs);
+    const row = (label: string, xa: number[], xb: number[], aim?: number) => {
+      const sa = sorted(xa);
+      const sb = sorted(xb);
+      console.log(`${label.padEnd(40)} p50 ${f(percentile(sa, 50))}  p99 ${f(percentile(sa, 99))}  |  reference p50 ${f(percentile(sb, 50))}  p99 ${f(percentile(sb, 99))}${aim === undefined ? '' : `  |  aim p99 <= ${aim} ms: ${percentile(sa, 99) <= aim ? 'met' : 'NOT met'}`}`);
+    };
+    console.log('(A: the daemon as it is, bundle messages taken and bundles loaded in worker threads; reference B: both on the event loop, the daemon before #17 item 11)');
+    row(`rules-only change, ${a.rules.length} rounds`, a.rules, b.rules, AIMS.rulesP99);
+    row(`100k-prefix list change, ${a.lists.length} rounds`, a.lists, b.lists);
+    row('  of which in the daemon, rules-only', a.daemonRules, b.daemonRules);
+    row('  of which in the daemon, list change', a.daemonLists, b.daemonLists);
+    const pa = mx([...a.pauseRules, ...a.pauseLists]);
+    console.log(`${'longest packet-loop pause, rules-only'.padEnd(40)} max ${f(mx(a.pauseRules))}  p50 ${f(percentile(sorted(a.pauseRules), 50))}  |  reference max ${f(mx(b.pauseRules))}`);
+    console.log(`${'longest packet-loop pause, list change'.padEnd(40)} max ${f(mx(a.pauseLists))}  (each: ${a.pauseLists.map((x) => x.toFixed(2)).join(', ')})  |  reference max ${f(mx(b.pauseLists))}`);
+    const med = (xs: number[]) => percentile(sorted(xs), 50).toFixed(1);
+    console.log(`where the time goes, p50 over all rounds: API answered ${med(a.answered)} ms (B ${med(b.answered)}); bundle message at the daemon ${med(a.arrived)} ms (B ${med(b.arrived)})`);
+    for (const list of [false, true]) {
+      const st = a.steps.filter((x) => x.list === list);
+      const m = (k: 'takeMs' | 'importMs' | 'pathsMs' | 'sliceMs') => `${k.replace('Ms', '')} max ${mx(st.map((x) => x[k])).toFixed(2)} ms`;
+      console.log(`the swap's own steps on A's packet loop, ${list ? 'list change' : 'rules-only '}: ${m('takeMs')} (the message to the intake${list ? `; ${(a.daemon.bundles as ChannelBundleSource).intake.moved} of ${(a.daemon.bundles as ChannelBundleSource).intake.taken} large ones moved, not copied` : ''}), ${m('importMs')} (the worker's bundle made again), ${m('pathsMs')}, longest warm-up ${m('sliceMs')}`);
+    }
+    console.log(`${'longest pump pause without any change'.padEnd(40)} p50 ${f(percentile(sorted(a.idle), 50))}  max ${f(mx(a.idle))}  |  B's p50 ${f(percentile(sorted(b.idle), 50))}  max ${f(mx(b.idle))}  (a window as long as each round, after it: this machine's noise floor)`);
+    console.log(`longest GC pause of the process in a round: A ${mx(a.gc).toFixed(2)} ms, B ${mx(b.gc).toFixed(2)} ms (one heap: both daemons live in this process)`);
+    console.log(`aim: no packet-loop pause over ${AIMS.pause} ms: ${pa <= AIMS.pause ? 'met' : 'NOT met'} (longest ${pa.toFixed(2)} ms, vs ${mx([...b.pauseRules, ...b.pauseLists]).toFixed(2)} ms on the event loop)`);
+  } finally {
+    for (const s of sides) {
+      await s.daemon.stop();
+      s.serve.kill('SIGTERM');
+      rmSync(s.dataDir, { recursive: true, force: true });
+    }
+  }
+}
