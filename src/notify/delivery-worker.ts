@@ -1,0 +1,156 @@
+// The delivery worker: a runner of `moat serve` that claims due notifications
+// from the outbox, sends them (a few at a time), and records each attempt:
+// success, a retry at the next step of the schedule (later if the receiver's
+// Retry-After asks), or a give-up after the last step. `runOnce` does one
+// pass at the clock's time, which is how tests walk days of schedule in
+// milliseconds; `start` loops over it, sleeping until the next row is due or
+// until new rows are queued.
+
+import { hostname } from 'node:os';
+import { newId, nowStamp, type Database } from '../store/index.js';
+import type { AlertingStore } from './alerting-store.js';
+import type { NotificationPayload } from './notifier.js';
+import { Outbox, type AttemptOutcome, type OutboxRow } from './outbox.js';
+import { retryDelay, SYSTEM_CLOCK, type Clock } from './schedule.js';
+import { postWebhook, type Mailer } from './senders.js';
+
+/** Where the worker reports (pino fits). */
+export interface DeliveryLogger {
+  info(obj: object, msg: string): void;
+  warn(obj: object, msg: string): void;
+  error(obj: object, msg: string): void;
+}
+
+/** What the worker is built from. */
+export interface DeliveryOptions {
+  store: Database;
+  alerting: AlertingStore;
+  mailer: Mailer;
+  clock?: Clock | undefined;
+  /** Random source of the jitter (default Math.random). */
+  random?: (() => number) | undefined;
+  /** How long a claim holds a row (default 60 s: longer than a webhook's 15 s timeout or an SMTP exchange). */
+  leaseMs?: number | undefined;
+  /** Deliver to loopback, link-local and private addresses (`--allow-private-webhooks`). */
+  allowPrivateWebhooks?: boolean | undefined;
+  /** Notifications sent at once (default 8). */
+  concurrency?: number | undefined;
+  /** Longest sleep between looks at the outbox (default 1 s; other processes may queue rows). */
+  pollMs?: number | undefined;
+  logger?: DeliveryLogger | undefined;
+}
+
+/** The note appended to legacy pool emails until the pool's notification_email is cleared. */
+export function legacyNote(pool: string): string {
+  return (
+    `\n\nYou receive this email because pool ${pool} lists your address in notification_email, which is deprecated. ` +
+    'Create a notification policy (alert type load_balancing_health_alert) and set notification_email to "" on every pool.'
+  );
+}
+
+/** Sends the outbox's notifications. */
+export class DeliveryWorker {
+  readonly name = 'notification delivery';
+  readonly outbox: Outbox;
+  /** This worker's claim owner id (host, pid and a random part). */
+  readonly owner = `${hostname()}:${process.pid}:${newId().slice(0, 8)}`;
+  private readonly clock: Clock;
+  private readonly random: () => number;
+  private readonly leaseMs: number;
+  private readonly concurrency: number;
+  private readonly pollMs: number;
+  private running = false;
+  private loop: Promise<void> | undefined;
+  private timer: NodeJS.Timeout | undefined;
+  private wakeUp: (() => void) | undefined;
+
+  constructor(private readonly o: DeliveryOptions) {
+    this.outbox = new Outbox(o.store);
+    this.clock = o.clock ?? SYSTEM_CLOCK;
+    this.random = o.random ?? Math.random;
+    this.leaseMs = o.leaseMs ?? 60_000;
+    this.concurrency = o.concurrency ?? 8;
+    this.pollMs = o.pollMs ?? 1000;
+  }
+
+  start(): void {
+    if (this.running) return;
+    this.running = true;
+    this.loop = this.run();
+  }
+
+  async stop(): Promise<void> {
+    this.running = false;
+    this.wake();
+    await this.loop;
+    this.o.mailer.close();
+  }
+
+  /** New rows were queued: look now instead of at the next poll. */
+  wake(): void {
+    const w = this.wakeUp;
+    this.wakeUp = undefined;
+    if (this.timer !== undefined) clearTimeout(this.timer);
+    this.timer = undefined;
+    w?.();
+  }
+
+  private async run(): Promise<void> {
+    while (this.running) {
+      let sent = 0;
+      try {
+        sent = await this.runOnce();
+      } catch (err) {
+        this.o.logger?.error({ err }, 'notification delivery pass failed; retrying');
+      }
+      if (!this.running) break;
+      if (sent > 0) continue;
+      const due = this.outbox.nextDue();
+      const wait = Math.max(0, Math.min(this.pollMs, due === undefined ? this.pollMs : due - this.clock.now()));
+      await new Promise<void>((resolve) => {
+        this.wakeUp = resolve;
+        this.timer = setTimeout(() => this.wake(), wait);
+      });
+    }
+  }
+
+  /** One pass: claims what is due now, sends it, records the outcomes; returns how many were attempted. */
+  async runOnce(): Promise<number> {
+    const rows = this.outbox.claim(this.owner, this.clock.now(), this.leaseMs, 100);
+    let next = 0;
+    const lane = async (): Promise<void> => {
+      while (next < rows.length) {
+        const row = rows[next++]!;
+        const outcome = await this.attempt(row).catch((err: Error): AttemptOutcome => ({ ok: false, code: row.mechanism_type === 'email' ? 9401 : 9400, error: err.message }));
+        this.finish(row, outcome);
+      }
+    };
+    await Promise.all(Array.from({ length: Math.min(this.concurrency, rows.length) }, lane));
+    return rows.length;
+  }
+
+  private async attempt(row: OutboxRow): Promise<AttemptOutcome> {
+    const payload = JSON.parse(row.payload) as NotificationPayload;
+    if (row.mechanism_type === 'email') {
+      const text = payload.legacy_pool === undefined ? `${payload.text}\n\nNotification policy: ${payload.name}` : payload.text + legacyNote(payload.legacy_pool);
+      return this.o.mailer.send({ id: row.id, to: row.target, subject: payload.subject, text });
+    }
+    const target = this.o.alerting.webhookTarget(row.account_id, row.target);
+    if (target === undefined) return { ok: false, code: 9400, error: `webhook destination ${row.target} was deleted`, final: true };
+    // webhook-timestamp is wall-clock time, not the schedule's clock: receivers check it against theirs.
+    return postWebhook({ url: target.url, secret: target.secret, id: row.id, body: JSON.stringify(payload.body), timestampSeconds: Math.floor(Date.now() / 1000) }, this.o.allowPrivateWebhooks === true);
+  }
+
+  private finish(row: OutboxRow, outcome: AttemptOutcome): void {
+    const now = this.clock.now();
+    const delay = outcome.ok ? undefined : retryDelay(row.attempts + 1, this.random, outcome.retryAfterMs);
+    const result = this.o.store.write(() => {
+      const r = this.outbox.record(row, now, outcome, delay === undefined ? undefined : now + delay);
+      if (row.mechanism_type === 'webhook') this.o.alerting.markWebhook(row.target, outcome.ok, nowStamp(new Date(now)));
+      return r;
+    });
+    const info = { notification: row.id, mechanism: row.mechanism_type, target: row.target, attempt: row.attempts + 1, status: outcome.statusCode, error: outcome.error };
+    if (result === 'gave_up') this.o.logger?.error({ ...info, code: 9402 }, 'notification given up');
+    else if (result === 'retry') this.o.logger?.warn({ ...info, code: outcome.code, retryInMs: delay }, 'notification delivery failed; will retry');
+  }
+}
