@@ -17,7 +17,7 @@ describe('the retry schedule', () => {
     expect(retryDelay(10, middle)).toBeUndefined();
     expect(MAX_ATTEMPTS).toBe(10);
     // About three days in all.
-    expect(waits.reduce((a, b) => a + b!, 0)).toBe(75 * H + 35 * M + 5 * S);
+    expect(waits.reduce<number>((a, b) => a + (b ?? 0), 0)).toBe(75 * H + 35 * M + 5 * S);
   });
 
   it('jitters each wait within ±20%', () => {
