@@ -28,8 +28,8 @@ export class AlertingService {
     }
     const outcome = await postWebhook({ url: w.url.href, secret, id: newId(), body: JSON.stringify(TEST_MESSAGE), timestampSeconds: Math.floor(Date.now() / 1000) }, this.allowPrivate);
     if (!outcome.ok) {
-      const why = outcome.statusCode !== undefined ? `with status code ${outcome.statusCode}` : `: ${outcome.error ?? 'no answer'}`;
-      throw new MoatError(outcome.code === 9403 ? 'ALERT_WEBHOOK_URL_REFUSED' : 'ALERT_WEBHOOK_TEST_FAILED', `Webhook test failed ${why}`, { pointer: '/url' });
+      const why = outcome.statusCode !== undefined ? ` with status code ${outcome.statusCode}` : `: ${outcome.error ?? 'no answer'}`;
+      throw new MoatError(outcome.code === 9403 ? 'ALERT_WEBHOOK_URL_REFUSED' : 'ALERT_WEBHOOK_TEST_FAILED', `Webhook test failed${why}`, { pointer: '/url' });
     }
   }
 

@@ -81,6 +81,14 @@ const MAX_SECRET = 1024;
 /** Most values in one filter or mechanism list (a policy over every pool of a large account fits). */
 const MAX_LIST = 10_000;
 
+/** Several body errors found together: the API lists each in `errors[]`. */
+export class FieldErrors extends Error {
+  constructor(readonly errors: readonly MoatError[]) {
+    super(errors.map((e) => e.message).join('; '));
+    this.name = 'FieldErrors';
+  }
+}
+
 function invalid(pointer: string, message: string): MoatError {
   return new MoatError('API_INVALID_FIELD', message, { pointer });
 }
@@ -179,8 +187,7 @@ export class AlertingStore {
 
   /**
    * Checks a policy body (whole on create; any subset over `current` on
-   * update). Every problem is reported, each with its JSON pointer; the
-   * first is thrown with the rest in its chain.
+   * update). Every problem is reported, each with its JSON pointer (FieldErrors).
    */
   private checkPolicy(
     accountId: string,
@@ -235,7 +242,7 @@ export class AlertingStore {
       this.checkMechanisms(accountId, body['mechanisms'], errors);
       mechanisms = JSON.stringify(body['mechanisms']);
     }
-    if (errors.length > 0) throw Object.assign(errors[0]!, { chain: errors.slice(1) });
+    if (errors.length > 0) throw new FieldErrors(errors);
     return { name, description, enabled, alert_type: type, alert_interval: interval, filters, mechanisms };
   }
 
@@ -357,7 +364,7 @@ export class AlertingStore {
     if (secret !== undefined && (typeof secret !== 'string' || secret.length > MAX_SECRET || /[\r\n]/.test(secret))) {
       errors.push(invalid('/secret', `secret must be a string of at most ${MAX_SECRET} characters, on one line (it is sent as a header)`));
     }
-    if (errors.length > 0) throw Object.assign(errors[0]!, { chain: errors.slice(1) });
+    if (errors.length > 0) throw new FieldErrors(errors);
     return { name: name as string, url: url!, secret: secret as string | undefined };
   }
 

@@ -4,8 +4,8 @@
 // official SDK reads (creates and updates answer {id}, as Cloudflare does).
 
 import type { FastifyPluginAsync, FastifyRequest } from 'fastify';
-import { availableAlerts } from '../../notify/index.js';
-import { apiError } from '../api-error.js';
+import { availableAlerts, FieldErrors } from '../../notify/index.js';
+import { ApiErrors, apiError } from '../api-error.js';
 import { requireId } from '../auth.js';
 import { ok } from '../envelope.js';
 import { pageOf, perPageOf, queryText } from '../request.js';
@@ -34,6 +34,11 @@ export const alertingRoutes: FastifyPluginAsync<AlertingRoutesOptions> = async (
   const { auth, alerting } = services;
   const store = alerting.store;
   const base = '/accounts/:account_id/alerting/v3';
+
+  // Body checks report every problem at once: each is an entry of errors[].
+  api.setErrorHandler((err) => {
+    throw err instanceof FieldErrors ? new ApiErrors(err.errors) : err;
+  });
 
   function scope(req: FastifyRequest): { accountId: string; id: string } {
     const { accountId } = auth.scope(req);
