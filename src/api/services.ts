@@ -6,7 +6,7 @@
 // server starts the runners when it listens and stops them when it closes.
 
 import { dirname, join } from 'node:path';
-import { AlertingStore, DeliveryWorker, Notifier, createMailer, type Clock, type PoolDirectory, type Resolver } from '../notify/index.js';
+import { AlertingStore, DeliveryWorker, DeprecationNotices, Notifier, createMailer, type Clock, type LegacyPools, type PoolDirectory, type Resolver } from '../notify/index.js';
 import { Users, ListStore, Tokens, Daemons, type Database } from '../store/index.js';
 import { AlertingService } from './alerting-service.js';
 import { SqliteChangeFeed, type ChangeFeed } from './change-feed.js';
@@ -53,6 +53,10 @@ export interface NotifyOptions {
   clock?: Clock | undefined;
   random?: (() => number) | undefined;
   leaseMs?: number | undefined;
+  /** The pools that still have a legacy notification_email (deprecation notices); default: none, until the pools store is wired. */
+  legacyPools?: LegacyPools | undefined;
+  /** Milliseconds between two deprecation notices to one address (default a day; 0: no notices). */
+  deprecationIntervalMs?: number | undefined;
   /** Resolver of webhook hosts (tests). */
   resolver?: Resolver | undefined;
 }
@@ -106,6 +110,8 @@ export function createServices(options: ServicesOptions): Services {
     leaseMs: n.leaseMs,
     allowPrivateWebhooks: n.allowPrivateWebhooks,
     logger,
+    deprecation:
+      n.deprecationIntervalMs === 0 ? undefined : new DeprecationNotices(store, n.legacyPools ?? { legacyPools: () => [] }, n.deprecationIntervalMs),
   });
   const notifier = new Notifier(alertingStore, n.clock ?? { now: () => Date.now() }, () => setImmediate(() => delivery.wake()));
   return {

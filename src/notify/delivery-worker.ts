@@ -9,6 +9,7 @@
 import { hostname } from 'node:os';
 import { newId, nowStamp, type Database } from '../store/index.js';
 import type { AlertingStore } from './alerting-store.js';
+import { DEPRECATION_ALERT, type DeprecationNotices } from './deprecation.js';
 import type { NotificationPayload } from './notifier.js';
 import { Outbox, type AttemptOutcome, type OutboxRow } from './outbox.js';
 import { retryDelay, SYSTEM_CLOCK, type Clock } from './schedule.js';
@@ -38,7 +39,14 @@ export interface DeliveryOptions {
   /** Longest sleep between looks at the outbox (default 1 s; other processes may queue rows). */
   pollMs?: number | undefined;
   logger?: DeliveryLogger | undefined;
+  /** Deprecation notices of legacy notification_email addresses, queued by the worker's passes. */
+  deprecation?: DeprecationNotices | undefined;
+  /** How often the passes look for due deprecation notices (default 60 s of the clock). */
+  deprecationCheckMs?: number | undefined;
 }
+
+/** How long stop() waits for deliveries in flight. */
+const STOP_GRACE_MS = 2000;
 
 /** The note appended to legacy pool emails until the pool's notification_email is cleared. */
 export function legacyNote(pool: string): string {
@@ -63,6 +71,7 @@ export class DeliveryWorker {
   private loop: Promise<void> | undefined;
   private timer: NodeJS.Timeout | undefined;
   private wakeUp: (() => void) | undefined;
+  private nextDeprecationCheck = 0;
 
   constructor(private readonly o: DeliveryOptions) {
     this.outbox = new Outbox(o.store);
@@ -79,10 +88,17 @@ export class DeliveryWorker {
     this.loop = this.run();
   }
 
+  /**
+   * Stops taking work. A delivery in flight is given a moment to finish
+   * (STOP_GRACE_MS), not its whole timeout: one that does not finish is
+   * sent again after its lease, with the same id.
+   */
   async stop(): Promise<void> {
     this.running = false;
     this.wake();
-    await this.loop;
+    let timer: NodeJS.Timeout | undefined;
+    await Promise.race([this.loop, new Promise<void>((resolve) => (timer = setTimeout(resolve, STOP_GRACE_MS)))]);
+    clearTimeout(timer);
     this.o.mailer.close();
   }
 
@@ -116,6 +132,11 @@ export class DeliveryWorker {
 
   /** One pass: claims what is due now, sends it, records the outcomes; returns how many were attempted. */
   async runOnce(): Promise<number> {
+    const { deprecation } = this.o;
+    if (deprecation !== undefined && this.clock.now() >= this.nextDeprecationCheck) {
+      this.nextDeprecationCheck = this.clock.now() + (this.o.deprecationCheckMs ?? 60_000);
+      deprecation.run(this.clock.now());
+    }
     const rows = this.outbox.claim(this.owner, this.clock.now(), this.leaseMs, 100);
     let next = 0;
     const lane = async (): Promise<void> => {
@@ -132,7 +153,12 @@ export class DeliveryWorker {
   private async attempt(row: OutboxRow): Promise<AttemptOutcome> {
     const payload = JSON.parse(row.payload) as NotificationPayload;
     if (row.mechanism_type === 'email') {
-      const text = payload.legacy_pool === undefined ? `${payload.text}\n\nNotification policy: ${payload.name}` : payload.text + legacyNote(payload.legacy_pool);
+      const text =
+        payload.alert_type === DEPRECATION_ALERT
+          ? payload.text
+          : payload.legacy_pool === undefined
+            ? `${payload.text}\n\nNotification policy: ${payload.name}`
+            : payload.text + legacyNote(payload.legacy_pool);
       return this.o.mailer.send({ id: row.id, to: row.target, subject: payload.subject, text });
     }
     const target = this.o.alerting.webhookTarget(row.account_id, row.target);
@@ -142,6 +168,8 @@ export class DeliveryWorker {
   }
 
   private finish(row: OutboxRow, outcome: AttemptOutcome): void {
+    // Stopped and closed while this attempt ran: the lease brings the row back.
+    if (!this.o.store.db.open) return;
     const now = this.clock.now();
     const delay = outcome.ok ? undefined : retryDelay(row.attempts + 1, this.random, outcome.retryAfterMs);
     const result = this.o.store.write(() => {

@@ -9,3 +9,4 @@ export { DeliveryWorker, legacyNote, type DeliveryOptions, type DeliveryLogger }
 export { createMailer, postWebhook, TEST_MESSAGE, WEBHOOK_TIMEOUT_MS, type Mailer, type EmailMessage } from './senders.js';
 export { webhookUrlProblem, refusedAddress, systemResolver, type Resolver } from './address-guard.js';
 export { RETRY_DELAYS_MS, MAX_ATTEMPTS, JITTER, SYSTEM_CLOCK, retryDelay, parseRetryAfter, type Clock } from './schedule.js';
+export { DeprecationNotices, DEPRECATION_ALERT, DEPRECATION_INTERVAL_MS, type LegacyPools } from './deprecation.js';

@@ -236,7 +236,8 @@ export const MIGRATIONS: readonly string[] = [
   // 6: notifications (#18): account notification policies and webhook
   // destinations (alerting v3), the durable outbox the health listener writes
   // in the transaction of each health edge, open incidents (so a recovery's
-  // END carries the correlation id of its START), and the delivery history.
+  // END carries the correlation id of its START), the delivery history, and
+  // when each legacy notification_email address was last told of its deprecation.
   // An outbox row is one notification to one target; its id is the
   // Standard Webhooks webhook-id, stable across retries. lease_owner and
   // lease_until_ms let several workers (replicas, #20) share the outbox:
@@ -310,5 +311,12 @@ export const MIGRATIONS: readonly string[] = [
     error TEXT
   ) STRICT;
   CREATE INDEX alert_history_account ON alert_history(account_id, sent);
+  -- When each legacy address was last sent a deprecation notice (at most one per interval).
+  CREATE TABLE alert_deprecation_notices (
+    account_id TEXT NOT NULL,
+    address TEXT NOT NULL COLLATE NOCASE,
+    last_sent_ms INTEGER NOT NULL,
+    PRIMARY KEY (account_id, address)
+  ) STRICT, WITHOUT ROWID;
   `,
 ];

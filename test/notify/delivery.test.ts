@@ -262,9 +262,10 @@ describe('email delivery', () => {
       expect(legacy.messageId).toBe(`<${ids[1]}@notifications.moat>`);
       expect(legacy.text).toContain('pool api lists your address in notification_email, which is deprecated');
       expect(history().map((h) => h.outcome)).toEqual(['delivered', 'delivered']);
-      expect(f.store.db.prepare('SELECT name, policy_id IS NULL AS legacy, mechanism FROM alert_history ORDER BY rowid').all()).toEqual([
-        { name: 'ops mail', legacy: 0, mechanism: 'ops@example.com' },
+      // Sent side by side: the history is in order of completion, so read it by address.
+      expect(f.store.db.prepare('SELECT name, policy_id IS NULL AS legacy, mechanism FROM alert_history ORDER BY mechanism').all()).toEqual([
         { name: 'Legacy pool notification', legacy: 1, mechanism: 'legacy@example.com' },
+        { name: 'ops mail', legacy: 0, mechanism: 'ops@example.com' },
       ]);
     } finally {
       await sink.close();

@@ -36,6 +36,7 @@ interface ServeFlags {
   smtpUrl?: string;
   mailFrom?: string;
   allowPrivateWebhooks?: boolean;
+  deprecationInterval: string;
 }
 
 /** --smtp-url: smtp:// or smtps:// with a host (credentials and options as nodemailer reads them). */
@@ -109,6 +110,7 @@ export function registerServe(program: Command, out: Output): void {
     .option('--smtp-url <url>', 'send notification emails through this SMTP server (smtp://[user:pass@]host[:port], smtps:// for TLS); without it they are written as .eml files to <data-dir>/mail-spool')
     .option('--mail-from <address>', `From: of notification emails (default ${JSON.stringify(DEFAULT_MAIL_FROM)})`)
     .option('--allow-private-webhooks', 'let webhook destinations be loopback, link-local, private or metadata addresses (refused by default: a webhook URL must not reach the host or its network)')
+    .option('--deprecation-interval <hours>', 'hours between two deprecation notices to an address still in a pool\'s notification_email (0: none)', '24')
     .option('--auth-fail-window <seconds>', "the failure limit's window, from an address's first failure", String(DEFAULT_AUTH_LIMIT.windowSeconds))
     .action(async (flags: ServeFlags) => {
       const { host, port } = parseListen(flags.listen);
@@ -120,7 +122,12 @@ export function registerServe(program: Command, out: Output): void {
         windowSeconds: wholeNumber('--auth-fail-window', flags.authFailWindow, 1, 86_400),
       };
       const heartbeat = heartbeatSeconds(flags.channelHeartbeat);
-      const notify = { smtpUrl: smtpUrl(flags.smtpUrl), mailFrom: flags.mailFrom, allowPrivateWebhooks: flags.allowPrivateWebhooks === true };
+      const notify = {
+        smtpUrl: smtpUrl(flags.smtpUrl),
+        mailFrom: flags.mailFrom,
+        allowPrivateWebhooks: flags.allowPrivateWebhooks === true,
+        deprecationIntervalMs: wholeNumber('--deprecation-interval', flags.deprecationInterval, 0, 8760) * 3_600_000,
+      };
       if (!['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'].includes(flags.logLevel)) throw new CliError(`--log-level ${flags.logLevel}: unknown level`);
       // Every startup failure is one line with a code and exit 1 (see startupError).
       let store: Database | undefined;
