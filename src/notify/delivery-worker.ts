@@ -72,6 +72,7 @@ export class DeliveryWorker {
   private timer: NodeJS.Timeout | undefined;
   private wakeUp: (() => void) | undefined;
   private nextDeprecationCheck = 0;
+  private nextPrune = 0;
 
   constructor(private readonly o: DeliveryOptions) {
     this.outbox = new Outbox(o.store);
@@ -136,6 +137,10 @@ export class DeliveryWorker {
     if (deprecation !== undefined && this.clock.now() >= this.nextDeprecationCheck) {
       this.nextDeprecationCheck = this.clock.now() + (this.o.deprecationCheckMs ?? 60_000);
       deprecation.run(this.clock.now());
+    }
+    if (this.clock.now() >= this.nextPrune) {
+      this.nextPrune = this.clock.now() + 3_600_000;
+      this.outbox.prune(this.clock.now());
     }
     const rows = this.outbox.claim(this.owner, this.clock.now(), this.leaseMs, 100);
     let next = 0;

@@ -4,7 +4,7 @@
 export { AlertingStore, FieldErrors, type PoolDirectory, type PolicyObject, type WebhookObject, type WebhookInput, type WebhookTarget } from './alerting-store.js';
 export { ALERT_TYPES, HEALTH_ALERT, alertType, availableAlerts, type AlertType } from './alert-types.js';
 export { Notifier, ALERT_EVENT_START, ALERT_EVENT_END, legacyAddresses, legacyFilterAdmits, type NotificationPayload } from './notifier.js';
-export { Outbox, type OutboxRow, type AttemptOutcome, type HistoryObject } from './outbox.js';
+export { Outbox, HISTORY_DAYS, type OutboxRow, type AttemptOutcome, type HistoryObject } from './outbox.js';
 export { DeliveryWorker, legacyNote, type DeliveryOptions, type DeliveryLogger } from './delivery-worker.js';
 export { createMailer, postWebhook, TEST_MESSAGE, WEBHOOK_TIMEOUT_MS, type Mailer, type EmailMessage } from './senders.js';
 export { webhookUrlProblem, refusedAddress, systemResolver, type Resolver } from './address-guard.js';

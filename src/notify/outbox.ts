@@ -8,6 +8,9 @@
 import { newId, nowStamp, type Database } from '../store/index.js';
 import type { NotificationPayload } from './notifier.js';
 
+/** Days the delivery history is kept (Cloudflare keeps 30 to 90 by plan). */
+export const HISTORY_DAYS = 90;
+
 /** One claimed notification. */
 export interface OutboxRow {
   id: string;
@@ -132,6 +135,20 @@ export class Outbox {
     }
     db.prepare('UPDATE alert_outbox SET attempts = ?, next_attempt_ms = ?, lease_owner = NULL, lease_until_ms = NULL, last_error = ? WHERE id = ?').run(attempt, retryAt, error, row.id);
     return 'retry';
+  }
+
+  /**
+   * Forgets history older than HISTORY_DAYS and finished (delivered or given
+   * up) outbox rows older than that, so the tables do not grow for ever;
+   * returns how many rows went.
+   */
+  prune(now: number): number {
+    const cutoff = nowStamp(new Date(now - HISTORY_DAYS * 86_400_000));
+    return this.store.write(() => {
+      const h = this.store.db.prepare('DELETE FROM alert_history WHERE sent < ?').run(cutoff).changes;
+      const o = this.store.db.prepare("DELETE FROM alert_outbox WHERE status != 'pending' AND done_at < ?").run(cutoff).changes;
+      return h + o;
+    });
   }
 
   /** The account's history, newest first, between `since` and `before` (RFC 3339, inclusive/exclusive). */

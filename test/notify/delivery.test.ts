@@ -184,6 +184,29 @@ describe('webhook delivery', () => {
   });
 });
 
+describe('history retention', () => {
+  it('forgets history and finished notifications after 90 days, and keeps pending ones', async () => {
+    webhookPolicy();
+    f.emit(healthEvent(f.accountId, { id: newId() }));
+    const w = worker();
+    await w.runOnce();
+    await receiver.down();
+    f.emit(healthEvent(f.accountId, { id: newId() }));
+    f.clock.advance(90 * 24 * H - 1);
+    const kept = new DeliveryWorker({ store: f.store, alerting: f.alerting, mailer: createMailer({ spoolDir: join(f.dir, 's'), from: 'm@example.com' }), clock: f.clock, allowPrivateWebhooks: true });
+    workers.push(kept);
+    await kept.runOnce();
+    expect(history().map((h) => h.outcome)).toEqual(['delivered', 'failed']);
+    f.clock.advance(2);
+    const later = new DeliveryWorker({ store: f.store, alerting: f.alerting, mailer: createMailer({ spoolDir: join(f.dir, 's'), from: 'm@example.com' }), clock: f.clock, allowPrivateWebhooks: true });
+    workers.push(later);
+    later.outbox.prune(f.clock.now());
+    // The first delivery (90 days and 1 ms ago) is gone; the pending notification and its recent attempt stay.
+    expect(history().map((h) => h.outcome)).toEqual(['failed']);
+    expect(f.outbox().map((r) => r.status)).toEqual(['pending']);
+  });
+});
+
 describe('a worker killed with SIGKILL during a delivery', () => {
   beforeAll(() => {
     // The worker process runs from dist/ (built by `npx tsc -p tsconfig.json`).
