@@ -184,6 +184,40 @@ describe('webhook delivery', () => {
   });
 });
 
+describe('sharing the outbox', () => {
+  it('gives each due row to one claimant: two workers claiming at once get disjoint rows, all of them between them', () => {
+    f.alerting.createPolicy(f.accountId, {
+      name: 'many',
+      alert_type: 'load_balancing_health_alert',
+      enabled: true,
+      mechanisms: { email: Array.from({ length: 10 }, (_, i) => ({ id: `u${i}@example.com` })) },
+    });
+    f.emit(healthEvent(f.accountId, { id: newId() }));
+    const [a, b] = [worker(), worker()];
+    const first = a.outbox.claim(a.owner, f.clock.t, 60_000, 6).map((r) => r.id);
+    const second = b.outbox.claim(b.owner, f.clock.t, 60_000, 6).map((r) => r.id);
+    expect(first).toHaveLength(6);
+    expect(second).toHaveLength(4);
+    expect(new Set([...first, ...second]).size).toBe(10);
+    // Until the leases run out, nobody else gets them.
+    expect(a.outbox.claim('third', f.clock.t + 59_999, 60_000, 10)).toEqual([]);
+    expect(a.outbox.claim('third', f.clock.t + 60_000, 60_000, 10)).toHaveLength(10);
+  });
+
+  it('gives up a webhook whose destination was deleted after the notification was queued', async () => {
+    const hook = webhookPolicy();
+    f.emit(healthEvent(f.accountId, { id: newId() }));
+    for (const p of f.alerting.policies(f.accountId)) f.alerting.deletePolicy(f.accountId, p.id);
+    f.alerting.deleteWebhook(f.accountId, hook);
+    await worker().runOnce();
+    expect(receiver.received).toHaveLength(0);
+    expect(history().map((h) => [h.outcome, h.error])).toEqual([
+      ['failed', `error 9400: webhook destination ${hook} was deleted`],
+      ['gave_up', `error 9402: given up after 1 attempt; last: error 9400: webhook destination ${hook} was deleted`],
+    ]);
+  });
+});
+
 describe('history retention', () => {
   it('forgets history and finished notifications after 90 days, and keeps pending ones', async () => {
     webhookPolicy();
