@@ -101,7 +101,8 @@ export class Notifier {
     };
     const what = event.origin === undefined ? `Pool ${event.pool.name}` : `Origin ${event.origin.name} (${event.origin.address}) of pool ${event.pool.name}`;
     const text = `${what} is ${newHealth}${event.reason === '' ? '' : `: ${event.reason}`} (was ${data.old_health}, at ${event.at}).`;
-    const subjectLine = `[Moat] ${what} is ${newHealth}`;
+    // Names come from users: no line break may reach a mail header.
+    const subjectLine = `[Moat] ${what} is ${newHealth}`.replace(/[\r\n]+/g, ' ');
     const ts = Math.floor(Date.parse(event.at) / 1000);
     const now = this.clock.now();
     let rows = 0;
