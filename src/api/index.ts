@@ -2,7 +2,7 @@
 // services and runners, the fastify server, and what the operator commands
 // reuse (the rulesets service, the account deployment reader, limits).
 export { buildServer, BASE_PATH, type ServerOptions } from './server.js';
-export { createServices, type Services, type ServicesOptions } from './services.js';
+export { createServices, DEFAULT_MAIL_FROM, type Services, type ServicesOptions, type NotifyOptions } from './services.js';
 export { Runners, type Runner, type RunnerLogger } from './runner.js';
 export { ok, fail, type Envelope } from './envelope.js';
 export { DEFAULT_API_LIMITS, type ApiLimits } from './limits.js';

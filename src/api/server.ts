@@ -12,6 +12,7 @@ import { ApiErrors, apiError } from './api-error.js';
 import { RetryLaterError } from './auth.js';
 import { fail } from './envelope.js';
 import { loneSurrogateAt, shownPath } from './request.js';
+import { alertingRoutes } from './routes/alerting.js';
 import { daemonRoutes } from './routes/daemons.js';
 import { listRoutes } from './routes/lists.js';
 import { notImplementedRoutes } from './routes/not-implemented.js';
@@ -285,6 +286,7 @@ export async function buildServer(options: ServerOptions): Promise<FastifyInstan
   await app.register(listRoutes, { prefix: BASE_PATH, services });
   await app.register(identityRoutes, { prefix: BASE_PATH, services });
   await app.register(daemonRoutes, { prefix: BASE_PATH, services });
+  await app.register(alertingRoutes, { prefix: BASE_PATH, services });
   await app.register(notImplementedRoutes, { prefix: BASE_PATH, services });
   await app.register(healthCheckRoutes, { services });
 

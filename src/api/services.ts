@@ -1,10 +1,14 @@
 // The control plane's composition root: the store-backed services the routes
 // call (auth, rulesets, lists, daemons), the control channel's hub and the
 // change feed it listens to, and the background runners, built once over one
-// database. Routes receive the services they need as plugin options; the
+// database, with notifications (policies, the health listener, the delivery
+// worker). Routes receive the services they need as plugin options; the
 // server starts the runners when it listens and stops them when it closes.
 
+import { dirname, join } from 'node:path';
+import { AlertingStore, DeliveryWorker, DeprecationNotices, Notifier, createMailer, type Clock, type LegacyPools, type PoolDirectory, type Resolver } from '../notify/index.js';
 import { Users, ListStore, Tokens, Daemons, type Database } from '../store/index.js';
+import { AlertingService } from './alerting-service.js';
 import { SqliteChangeFeed, type ChangeFeed } from './change-feed.js';
 import { ChannelHub, type HubOptions } from './channel-hub.js';
 import { Auth } from './auth.js';
@@ -29,7 +33,36 @@ export interface ServicesOptions {
   channel?: HubOptions | undefined;
   /** Where the hub learns of commits (default: this database's own feed). */
   changes?: ChangeFeed | undefined;
+  /** Notification settings (SMTP, private webhooks, the pools policies may name). */
+  notify?: NotifyOptions | undefined;
 }
+
+/** Settings of notifications. */
+export interface NotifyOptions {
+  /** Which pools exist (for policies' pool_id filters); default: none, until the pools store is wired. */
+  pools?: PoolDirectory | undefined;
+  /** SMTP server of emails (smtp://, smtps://); without it emails are .eml files in <data dir>/mail-spool. */
+  smtpUrl?: string | undefined;
+  /** From: of emails. */
+  mailFrom?: string | undefined;
+  /** Where emails are spooled without SMTP (default <data dir>/mail-spool). */
+  spoolDir?: string | undefined;
+  /** Allow webhooks to loopback, link-local and private addresses (`--allow-private-webhooks`). */
+  allowPrivateWebhooks?: boolean | undefined;
+  /** The delivery schedule's clock and jitter (tests). */
+  clock?: Clock | undefined;
+  random?: (() => number) | undefined;
+  leaseMs?: number | undefined;
+  /** The pools that still have a legacy notification_email (deprecation notices); default: none, until the pools store is wired. */
+  legacyPools?: LegacyPools | undefined;
+  /** Milliseconds between two deprecation notices to one address (default a day; 0: no notices). */
+  deprecationIntervalMs?: number | undefined;
+  /** Resolver of webhook hosts (tests). */
+  resolver?: Resolver | undefined;
+}
+
+/** From: of notification emails when none is configured. */
+export const DEFAULT_MAIL_FROM = 'Moat notifications <notifications@moat.local>';
 
 /** The services of one control plane. */
 export interface Services {
@@ -47,6 +80,12 @@ export interface Services {
   readonly changes: ChangeFeed;
   /** The control channel's server end; the server attaches it to its listener. */
   readonly hub: ChannelHub;
+  /** Notification policies, webhook destinations (alerting v3). */
+  readonly alerting: AlertingService;
+  /** The health event listener that queues notifications (the health monitor calls it). */
+  readonly notifier: Notifier;
+  /** The notification delivery worker (a runner). */
+  readonly delivery: DeliveryWorker;
   /** Every background runner, not started: the server starts them once it listens. */
   readonly runners: Runners;
 }
@@ -59,6 +98,22 @@ export function createServices(options: ServicesOptions): Services {
   const listOperations = createListOperations({ lists: new ListStore(store), maxListItems: limits.maxListItems, logger });
   const changes = options.changes ?? new SqliteChangeFeed(store);
   const hub = new ChannelHub(store, changes, logger, options.channel);
+  const n = options.notify ?? {};
+  const alertingStore = new AlertingStore(store, n.pools ?? { poolExists: () => false });
+  const mailer = createMailer({ smtpUrl: n.smtpUrl, from: n.mailFrom ?? DEFAULT_MAIL_FROM, spoolDir: n.spoolDir ?? join(dirname(store.file), 'mail-spool') });
+  const delivery = new DeliveryWorker({
+    store,
+    alerting: alertingStore,
+    mailer,
+    clock: n.clock,
+    random: n.random,
+    leaseMs: n.leaseMs,
+    allowPrivateWebhooks: n.allowPrivateWebhooks,
+    logger,
+    deprecation:
+      n.deprecationIntervalMs === 0 ? undefined : new DeprecationNotices(store, n.legacyPools ?? { legacyPools: () => [] }, n.deprecationIntervalMs),
+  });
+  const notifier = new Notifier(alertingStore, n.clock ?? { now: () => Date.now() }, () => setImmediate(() => delivery.wake()));
   return {
     store,
     limits,
@@ -72,7 +127,10 @@ export function createServices(options: ServicesOptions): Services {
     daemons: new Daemons(store),
     changes,
     hub,
+    alerting: new AlertingService(alertingStore, n.allowPrivateWebhooks === true, n.resolver),
+    notifier,
+    delivery,
     // The feed starts before the hub subscribes to it; the hub stops first, closing its connections.
-    runners: new Runners([listOperations, changes, hub]),
+    runners: new Runners([listOperations, changes, hub, delivery]),
   };
 }

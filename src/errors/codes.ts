@@ -153,6 +153,12 @@ export const ERRORS = Object.freeze({
   AUTH_TOO_MANY_FAILURES: def(7403, 429, 'too many failed authentications from this address; retry after Retry-After seconds'),
   AUTH_LEGACY_BUSY: def(7404, 503, 'a key stored with the old scrypt hash cannot be checked now (server-wide budget spent); retry after Retry-After seconds'),
   DAEMON_NOT_FOUND: def(7500, 404, 'daemon not found'),
+  ALERT_POLICY_NOT_FOUND: def(7700, 404, 'notification policy not found'),
+  ALERT_WEBHOOK_NOT_FOUND: def(7701, 404, 'webhook destination not found'),
+  ALERT_WEBHOOK_TEST_FAILED: def(7702, 400, 'the test POST to the webhook failed (the message gives its status code or error)'),
+  ALERT_WEBHOOK_URL_REFUSED: def(7703, 400, 'the webhook URL resolves to a loopback, link-local, private or metadata address'),
+  ALERT_WEBHOOK_IN_USE: def(7704, 400, 'the webhook destination is used by notification policies'),
+  ALERT_UNSUPPORTED_TYPE: def(7705, 400, 'alert type not supported by Moat (see available_alerts)'),
 
   // 8xxx: the embedded store
   STORE_OPEN: def(8001, 500, 'cannot open the database'),
@@ -161,6 +167,12 @@ export const ERRORS = Object.freeze({
   STORE_NEWER_SCHEMA: def(8004, 500, 'the database was written by a newer Moat'),
   STORE_NO_DATABASE: def(8005, 404, 'no database in the data directory (only `moat serve` creates one)'),
   STORE_PERMISSIONS: def(8006, 500, 'the data directory or a file in it is open to other users and cannot be made owner-only'),
+
+  // 94xx: notification delivery (recorded in the alerting history and the server log)
+  NOTIFY_WEBHOOK_FAILED: def(9400, 502, 'a webhook delivery attempt failed (non-2xx status, refused connection, timeout); it is retried'),
+  NOTIFY_EMAIL_FAILED: def(9401, 502, 'an email delivery attempt failed (SMTP error or spool write); it is retried'),
+  NOTIFY_GAVE_UP: def(9402, 502, 'a notification was given up: every attempt of the retry schedule failed, or the receiver answered 410 Gone'),
+  NOTIFY_ADDRESS_REFUSED: def(9403, 502, 'a webhook host resolved to a refused (loopback, link-local, private or metadata) address at delivery'),
 });
 
 /** Symbolic error name. */

@@ -233,4 +233,90 @@ export const MIGRATIONS: readonly string[] = [
   CREATE TRIGGER managed_lists_generation AFTER UPDATE OF modified_on ON managed_lists
     BEGIN UPDATE managed_lists SET generation = generation + 1 WHERE name = NEW.name; END;
   `,
+  // 6: notifications (#18): account notification policies and webhook
+  // destinations (alerting v3), the durable outbox the health listener writes
+  // in the transaction of each health edge, open incidents (so a recovery's
+  // END carries the correlation id of its START), the delivery history, and
+  // when each legacy notification_email address was last told of its deprecation.
+  // An outbox row is one notification to one target; its id is the
+  // Standard Webhooks webhook-id, stable across retries. lease_owner and
+  // lease_until_ms let several workers (replicas, #20) share the outbox:
+  // a row is claimed by setting both, and an expired lease is claimable again.
+  `
+  CREATE TABLE alert_policies (
+    id TEXT PRIMARY KEY,
+    account_id TEXT NOT NULL REFERENCES accounts(id),
+    name TEXT NOT NULL,
+    description TEXT NOT NULL,
+    enabled INTEGER NOT NULL,
+    alert_type TEXT NOT NULL,
+    alert_interval TEXT,
+    filters TEXT,
+    mechanisms TEXT NOT NULL,
+    created TEXT NOT NULL,
+    modified TEXT NOT NULL
+  ) STRICT;
+  CREATE INDEX alert_policies_account ON alert_policies(account_id, alert_type);
+  CREATE TABLE alert_webhooks (
+    id TEXT PRIMARY KEY,
+    account_id TEXT NOT NULL REFERENCES accounts(id),
+    name TEXT NOT NULL,
+    url TEXT NOT NULL,
+    secret TEXT,
+    type TEXT NOT NULL,
+    created_at TEXT NOT NULL,
+    last_success TEXT,
+    last_failure TEXT
+  ) STRICT;
+  CREATE INDEX alert_webhooks_account ON alert_webhooks(account_id);
+  CREATE TABLE alert_outbox (
+    id TEXT PRIMARY KEY,
+    account_id TEXT NOT NULL,
+    policy_id TEXT,
+    event_id TEXT NOT NULL,
+    mechanism_type TEXT NOT NULL,
+    target TEXT NOT NULL,
+    payload TEXT NOT NULL,
+    created TEXT NOT NULL,
+    status TEXT NOT NULL,
+    attempts INTEGER NOT NULL DEFAULT 0,
+    next_attempt_ms INTEGER NOT NULL,
+    lease_owner TEXT,
+    lease_until_ms INTEGER,
+    last_error TEXT,
+    done_at TEXT
+  ) STRICT;
+  CREATE INDEX alert_outbox_due ON alert_outbox(status, next_attempt_ms);
+  CREATE TABLE alert_incidents (
+    account_id TEXT NOT NULL,
+    subject TEXT NOT NULL,
+    correlation_id TEXT NOT NULL,
+    PRIMARY KEY (account_id, subject)
+  ) STRICT, WITHOUT ROWID;
+  CREATE TABLE alert_history (
+    id TEXT PRIMARY KEY,
+    account_id TEXT NOT NULL,
+    notification_id TEXT NOT NULL,
+    policy_id TEXT,
+    name TEXT NOT NULL,
+    description TEXT NOT NULL,
+    alert_type TEXT NOT NULL,
+    alert_body TEXT NOT NULL,
+    mechanism TEXT NOT NULL,
+    mechanism_type TEXT NOT NULL,
+    sent TEXT NOT NULL,
+    outcome TEXT NOT NULL,
+    attempt INTEGER NOT NULL,
+    status_code INTEGER,
+    error TEXT
+  ) STRICT;
+  CREATE INDEX alert_history_account ON alert_history(account_id, sent);
+  -- When each legacy address was last sent a deprecation notice (at most one per interval).
+  CREATE TABLE alert_deprecation_notices (
+    account_id TEXT NOT NULL,
+    address TEXT NOT NULL COLLATE NOCASE,
+    last_sent_ms INTEGER NOT NULL,
+    PRIMARY KEY (account_id, address)
+  ) STRICT, WITHOUT ROWID;
+  `,
 ];

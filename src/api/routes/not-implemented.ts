@@ -1,6 +1,5 @@
 // Cloudflare routes Moat does not serve yet: load balancer pools, monitors and
-// the rest of the load balancing API, and alerting (notification policies,
-// destinations). They answer 501 with code 7002 naming the feature, after
+// the rest of the load balancing API. They answer 501 with code 7002 naming the feature, after
 // authentication and the account check, instead of a 404 that suggests the
 // caller's identifier is wrong. A feature that lands replaces its entry here.
 
@@ -21,10 +20,6 @@ const FEATURES: readonly { prefix: string; name: (segment: string) => string }[]
     name: (s) => (s === 'pools' ? 'load balancer pools' : s === 'monitors' ? 'load balancer monitors' : 'load balancing'),
   },
   { prefix: '/zones/:zone_id/load_balancers', name: () => 'load balancers' },
-  {
-    prefix: '/accounts/:account_id/alerting/v3',
-    name: (s) => (s === 'policies' ? 'notification policies' : s === 'destinations' ? 'notification destinations' : 'notifications (alerting)'),
-  },
 ];
 
 /** Every method on every path of the features above: 501/7002 once the caller may reach the account or zone. */

@@ -8,7 +8,7 @@ import { join } from 'node:path';
 import { Option, type Command } from 'commander';
 import type { FastifyInstance } from 'fastify';
 import { pino, type Logger } from 'pino';
-import { buildServer, createServices, BASE_PATH, DEFAULT_AUTH_LIMIT } from '../../api/index.js';
+import { buildServer, createServices, BASE_PATH, DEFAULT_AUTH_LIMIT, DEFAULT_MAIL_FROM } from '../../api/index.js';
 import { CHANNEL_PATH, HEARTBEAT_SECONDS } from '../../channel/index.js';
 import { hostPortProblem } from '../../config/index.js';
 import { MoatError } from '../../errors/index.js';
@@ -33,6 +33,25 @@ interface ServeFlags {
   channelHeartbeat: string;
   tlsCert?: string;
   tlsKey?: string;
+  smtpUrl?: string;
+  mailFrom?: string;
+  allowPrivateWebhooks?: boolean;
+  deprecationInterval: string;
+}
+
+/** --smtp-url: smtp:// or smtps:// with a host (credentials and options as nodemailer reads them). */
+function smtpUrl(v: string | undefined): string | undefined {
+  if (v === undefined) return undefined;
+  let u: URL | undefined;
+  try {
+    u = new URL(v);
+  } catch {
+    u = undefined;
+  }
+  if (u === undefined || (u.protocol !== 'smtp:' && u.protocol !== 'smtps:') || u.hostname === '') {
+    throw new CliError('--smtp-url: expected smtp://[user:password@]host[:port] or smtps://..., e.g. smtp://127.0.0.1:25');
+  }
+  return v;
 }
 
 /** A whole number in [min, max] given to `flag`, or a usage error naming it. */
@@ -88,6 +107,10 @@ export function registerServe(program: Command, out: Output): void {
     .option('--write-first-user', "also write the first user's key to <data-dir>/first-user.json (mode 0600) when this start creates it; without it the key is only printed")
     .option('--first-user-email <email>', `email of the user created on an empty database (default ${FIRST_USER_EMAIL}, which anyone can guess)`)
     .option('--auth-fail-limit <n>', 'failed authentications an address may make per window before its failures are answered 429 (0: no limit)', String(DEFAULT_AUTH_LIMIT.maxFailures))
+    .option('--smtp-url <url>', 'send notification emails through this SMTP server (smtp://[user:pass@]host[:port], smtps:// for TLS); without it they are written as .eml files to <data-dir>/mail-spool')
+    .option('--mail-from <address>', `From: of notification emails (default ${JSON.stringify(DEFAULT_MAIL_FROM)})`)
+    .option('--allow-private-webhooks', 'let webhook destinations be loopback, link-local, private or metadata addresses (refused by default: a webhook URL must not reach the host or its network)')
+    .option('--deprecation-interval <hours>', 'hours between two deprecation notices to an address still in a pool\'s notification_email (0: none)', '24')
     .option('--auth-fail-window <seconds>', "the failure limit's window, from an address's first failure", String(DEFAULT_AUTH_LIMIT.windowSeconds))
     .action(async (flags: ServeFlags) => {
       const { host, port } = parseListen(flags.listen);
@@ -99,6 +122,12 @@ export function registerServe(program: Command, out: Output): void {
         windowSeconds: wholeNumber('--auth-fail-window', flags.authFailWindow, 1, 86_400),
       };
       const heartbeat = heartbeatSeconds(flags.channelHeartbeat);
+      const notify = {
+        smtpUrl: smtpUrl(flags.smtpUrl),
+        mailFrom: flags.mailFrom,
+        allowPrivateWebhooks: flags.allowPrivateWebhooks === true,
+        deprecationIntervalMs: wholeNumber('--deprecation-interval', flags.deprecationInterval, 0, 8760) * 3_600_000,
+      };
       if (!['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'].includes(flags.logLevel)) throw new CliError(`--log-level ${flags.logLevel}: unknown level`);
       // Every startup failure is one line with a code and exit 1 (see startupError).
       let store: Database | undefined;
@@ -112,7 +141,7 @@ export function registerServe(program: Command, out: Output): void {
         store = Database.open(flags.dataDir);
         const log = pino({ level: flags.logLevel, base: { service: 'moat-api' } });
         const https = readTls(flags);
-        const services = createServices({ store, logger: log, authLimit, channel: { heartbeatSeconds: heartbeat } });
+        const services = createServices({ store, logger: log, authLimit, channel: { heartbeatSeconds: heartbeat }, notify });
         try {
           app = await buildServer({ services, logger: log, https });
         } catch (err) {

@@ -1,0 +1,194 @@
+// The delivery worker: a runner of `moat serve` that claims due notifications
+// from the outbox, sends them (a few at a time), and records each attempt:
+// success, a retry at the next step of the schedule (later if the receiver's
+// Retry-After asks), or a give-up after the last step. `runOnce` does one
+// pass at the clock's time, which is how tests walk days of schedule in
+// milliseconds; `start` loops over it, sleeping until the next row is due or
+// until new rows are queued.
+
+import { hostname } from 'node:os';
+import { newId, nowStamp, type Database } from '../store/index.js';
+import type { AlertingStore } from './alerting-store.js';
+import { DEPRECATION_ALERT, type DeprecationNotices } from './deprecation.js';
+import type { NotificationPayload } from './notifier.js';
+import { Outbox, type AttemptOutcome, type OutboxRow } from './outbox.js';
+import { retryDelay, SYSTEM_CLOCK, type Clock } from './schedule.js';
+import { postWebhook, type Mailer } from './senders.js';
+
+/** Where the worker reports (pino fits). */
+export interface DeliveryLogger {
+  info(obj: object, msg: string): void;
+  warn(obj: object, msg: string): void;
+  error(obj: object, msg: string): void;
+}
+
+/** What the worker is built from. */
+export interface DeliveryOptions {
+  store: Database;
+  alerting: AlertingStore;
+  mailer: Mailer;
+  clock?: Clock | undefined;
+  /** Random source of the jitter (default Math.random). */
+  random?: (() => number) | undefined;
+  /** How long a claim holds a row (default 60 s: longer than a webhook's 15 s timeout or an SMTP exchange). */
+  leaseMs?: number | undefined;
+  /** Deliver to loopback, link-local and private addresses (`--allow-private-webhooks`). */
+  allowPrivateWebhooks?: boolean | undefined;
+  /** Notifications sent at once (default 8). */
+  concurrency?: number | undefined;
+  /** Longest sleep between looks at the outbox (default 1 s; other processes may queue rows). */
+  pollMs?: number | undefined;
+  logger?: DeliveryLogger | undefined;
+  /** Deprecation notices of legacy notification_email addresses, queued by the worker's passes. */
+  deprecation?: DeprecationNotices | undefined;
+  /** How often the passes look for due deprecation notices (default 60 s of the clock). */
+  deprecationCheckMs?: number | undefined;
+}
+
+/** How long stop() waits for deliveries in flight. */
+const STOP_GRACE_MS = 2000;
+
+/** The note appended to legacy pool emails until the pool's notification_email is cleared. */
+export function legacyNote(pool: string): string {
+  return (
+    `\n\nYou receive this email because pool ${pool} lists your address in notification_email, which is deprecated. ` +
+    'Create a notification policy (alert type load_balancing_health_alert) and set notification_email to "" on every pool.'
+  );
+}
+
+/** Sends the outbox's notifications. */
+export class DeliveryWorker {
+  readonly name = 'notification delivery';
+  readonly outbox: Outbox;
+  /** This worker's claim owner id (host, pid and a random part). */
+  readonly owner = `${hostname()}:${process.pid}:${newId().slice(0, 8)}`;
+  private readonly clock: Clock;
+  private readonly random: () => number;
+  private readonly leaseMs: number;
+  private readonly concurrency: number;
+  private readonly pollMs: number;
+  private running = false;
+  private loop: Promise<void> | undefined;
+  private timer: NodeJS.Timeout | undefined;
+  private wakeUp: (() => void) | undefined;
+  private nextDeprecationCheck = 0;
+  private nextPrune = 0;
+
+  constructor(private readonly o: DeliveryOptions) {
+    this.outbox = new Outbox(o.store);
+    this.clock = o.clock ?? SYSTEM_CLOCK;
+    this.random = o.random ?? Math.random;
+    this.leaseMs = o.leaseMs ?? 60_000;
+    this.concurrency = o.concurrency ?? 8;
+    this.pollMs = o.pollMs ?? 1000;
+  }
+
+  start(): void {
+    if (this.running) return;
+    this.running = true;
+    this.loop = this.run();
+  }
+
+  /**
+   * Stops taking work. A delivery in flight is given a moment to finish
+   * (STOP_GRACE_MS), not its whole timeout: one that does not finish is
+   * sent again after its lease, with the same id.
+   */
+  async stop(): Promise<void> {
+    this.running = false;
+    this.wake();
+    let timer: NodeJS.Timeout | undefined;
+    await Promise.race([this.loop, new Promise<void>((resolve) => (timer = setTimeout(resolve, STOP_GRACE_MS)))]);
+    clearTimeout(timer);
+    this.o.mailer.close();
+  }
+
+  /** New rows were queued: look now instead of at the next poll. */
+  wake(): void {
+    const w = this.wakeUp;
+    this.wakeUp = undefined;
+    if (this.timer !== undefined) clearTimeout(this.timer);
+    this.timer = undefined;
+    w?.();
+  }
+
+  private async run(): Promise<void> {
+    while (this.running) {
+      let sent = 0;
+      try {
+        sent = await this.runOnce();
+      } catch (err) {
+        this.o.logger?.error({ err }, 'notification delivery pass failed; retrying');
+      }
+      if (!this.running) break;
+      if (sent > 0) continue;
+      const due = this.outbox.nextDue();
+      const wait = Math.max(0, Math.min(this.pollMs, due === undefined ? this.pollMs : due - this.clock.now()));
+      await new Promise<void>((resolve) => {
+        this.wakeUp = resolve;
+        this.timer = setTimeout(() => this.wake(), wait);
+      });
+    }
+  }
+
+  /** One pass: claims what is due now, sends it, records the outcomes; returns how many were attempted. */
+  async runOnce(): Promise<number> {
+    const { deprecation } = this.o;
+    if (deprecation !== undefined && this.clock.now() >= this.nextDeprecationCheck) {
+      this.nextDeprecationCheck = this.clock.now() + (this.o.deprecationCheckMs ?? 60_000);
+      deprecation.run(this.clock.now());
+    }
+    if (this.clock.now() >= this.nextPrune) {
+      this.nextPrune = this.clock.now() + 3_600_000;
+      this.outbox.prune(this.clock.now());
+    }
+    const rows = this.outbox.claim(this.owner, this.clock.now(), this.leaseMs, 100);
+    let next = 0;
+    const lane = async (): Promise<void> => {
+      while (next < rows.length) {
+        const row = rows[next++]!;
+        const outcome = await this.attempt(row).catch((err: Error): AttemptOutcome => ({ ok: false, code: row.mechanism_type === 'email' ? 9401 : 9400, error: err.message }));
+        await this.finish(row, outcome);
+      }
+    };
+    await Promise.all(Array.from({ length: Math.min(this.concurrency, rows.length) }, lane));
+    return rows.length;
+  }
+
+  private async attempt(row: OutboxRow): Promise<AttemptOutcome> {
+    const payload = JSON.parse(row.payload) as NotificationPayload;
+    if (row.mechanism_type === 'email') {
+      const text =
+        payload.alert_type === DEPRECATION_ALERT
+          ? payload.text
+          : payload.legacy_pool === undefined
+            ? `${payload.text}\n\nNotification policy: ${payload.name}`
+            : payload.text + legacyNote(payload.legacy_pool);
+      return this.o.mailer.send({ id: row.id, to: row.target, subject: payload.subject, text });
+    }
+    const target = this.o.alerting.webhookTarget(row.account_id, row.target);
+    if (target === undefined) return { ok: false, code: 9400, error: `webhook destination ${row.target} was deleted`, final: true };
+    // webhook-timestamp is wall-clock time, not the schedule's clock: receivers check it against theirs.
+    return postWebhook({ url: target.url, secret: target.secret, id: row.id, body: JSON.stringify(payload.body), timestampSeconds: Math.floor(Date.now() / 1000) }, this.o.allowPrivateWebhooks === true);
+  }
+
+  /**
+   * Records an attempt. The outcomes of the lanes finishing in one turn of
+   * the event loop share a commit (group commit): one fsync per outcome held
+   * loopback delivery to about 600 webhooks a second.
+   */
+  private async finish(row: OutboxRow, outcome: AttemptOutcome): Promise<void> {
+    // Stopped and closed while this attempt ran: the lease brings the row back.
+    if (!this.o.store.db.open) return;
+    const now = this.clock.now();
+    const delay = outcome.ok ? undefined : retryDelay(row.attempts + 1, this.random, outcome.retryAfterMs);
+    const result = await this.o.store.writeGrouped(() => {
+      const r = this.outbox.record(row, now, outcome, delay === undefined ? undefined : now + delay);
+      if (row.mechanism_type === 'webhook') this.o.alerting.markWebhook(row.target, outcome.ok, nowStamp(new Date(now)));
+      return r;
+    });
+    const info = { notification: row.id, mechanism: row.mechanism_type, target: row.target, attempt: row.attempts + 1, status: outcome.statusCode, error: outcome.error };
+    if (result === 'gave_up') this.o.logger?.error({ ...info, code: 9402 }, 'notification given up');
+    else if (result === 'retry') this.o.logger?.warn({ ...info, code: outcome.code, retryInMs: delay }, 'notification delivery failed; will retry');
+  }
+}

@@ -1,0 +1,178 @@
+// The durable outbox of notifications and the delivery history. Rows are
+// claimed with a lease (owner and expiry), so several workers, in one process
+// or in replicas sharing the database (#20), never send one row at the same
+// time, and a worker killed mid-delivery loses nothing: its lease expires and
+// the row is claimed again, with the same id (at-least-once; receivers dedupe
+// on webhook-id or Message-ID). Every attempt, and a give-up, is a history row.
+
+import { newId, nowStamp, type Database } from '../store/index.js';
+import type { NotificationPayload } from './notifier.js';
+
+/** Days the delivery history is kept (Cloudflare keeps 30 to 90 by plan). */
+export const HISTORY_DAYS = 90;
+
+/** One claimed notification. */
+export interface OutboxRow {
+  id: string;
+  account_id: string;
+  policy_id: string | null;
+  event_id: string;
+  mechanism_type: 'email' | 'webhook';
+  target: string;
+  payload: string;
+  created: string;
+  status: string;
+  attempts: number;
+  next_attempt_ms: number;
+  lease_owner: string | null;
+  lease_until_ms: number | null;
+  last_error: string | null;
+}
+
+/** What one attempt ended with. */
+export interface AttemptOutcome {
+  ok: boolean;
+  statusCode?: number | undefined;
+  /** Why it failed: "HTTP 503", "connect ECONNREFUSED 127.0.0.1:9", ... */
+  error?: string | undefined;
+  /** The registry code of the failure (9400, 9401, 9403). */
+  code?: number | undefined;
+  /** The receiver's Retry-After, in ms. */
+  retryAfterMs?: number | undefined;
+  /** Give up now (410 Gone, a deleted destination). */
+  final?: boolean | undefined;
+}
+
+/** A history record as the API returns it. */
+export interface HistoryObject {
+  id: string;
+  alert_body: string;
+  alert_type: string;
+  description: string;
+  mechanism: string;
+  mechanism_type: string;
+  name: string;
+  policy_id: string | null;
+  sent: string;
+  notification_id: string;
+  outcome: 'delivered' | 'failed' | 'gave_up';
+  attempt: number;
+  status_code: number | null;
+  error: string | null;
+}
+
+/** The outbox and history tables. */
+export class Outbox {
+  constructor(private readonly store: Database) {}
+
+  /**
+   * Claims up to `limit` rows due at `now` whose lease is free or expired,
+   * leased to `owner` until `now + leaseMs`; in schedule order.
+   */
+  claim(owner: string, now: number, leaseMs: number, limit: number): OutboxRow[] {
+    const rows = this.store.write(
+      () =>
+        this.store.db
+          .prepare(
+            `UPDATE alert_outbox SET lease_owner = ?, lease_until_ms = ? WHERE id IN (
+               SELECT id FROM alert_outbox WHERE status = 'pending' AND next_attempt_ms <= ? AND (lease_until_ms IS NULL OR lease_until_ms <= ?)
+               ORDER BY next_attempt_ms, created, id LIMIT ?) RETURNING *`,
+          )
+          .all(owner, now + leaseMs, now, now, limit) as OutboxRow[],
+    );
+    return rows.sort((a, b) => a.next_attempt_ms - b.next_attempt_ms || a.created.localeCompare(b.created) || a.id.localeCompare(b.id));
+  }
+
+  /** When the next pending row is due (ms), or undefined when none is pending. */
+  nextDue(): number | undefined {
+    const r = this.store.db.prepare("SELECT min(max(next_attempt_ms, ifnull(lease_until_ms, 0))) AS due FROM alert_outbox WHERE status = 'pending'").get() as { due: number | null };
+    return r.due ?? undefined;
+  }
+
+  /**
+   * Records an attempt of a claimed row: a history row, and the row's next
+   * state (delivered; pending again at `retryAt`; or failed, given up, with a
+   * second history row). Runs in the caller's write transaction.
+   */
+  record(row: OutboxRow, now: number, outcome: AttemptOutcome, retryAt: number | undefined): 'delivered' | 'retry' | 'gave_up' {
+    const db = this.store.db;
+    const attempt = row.attempts + 1;
+    const at = nowStamp(new Date(now));
+    const payload = JSON.parse(row.payload) as NotificationPayload;
+    const history = (outcome_: HistoryObject['outcome'], error: string | null) => {
+      db.prepare(
+        `INSERT INTO alert_history (id, account_id, notification_id, policy_id, name, description, alert_type, alert_body, mechanism, mechanism_type, sent, outcome, attempt, status_code, error)
+         VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+      ).run(
+        newId(),
+        row.account_id,
+        row.id,
+        row.policy_id,
+        payload.name,
+        payload.description,
+        payload.alert_type,
+        payload.body === undefined ? payload.text : JSON.stringify(payload.body),
+        row.target,
+        row.mechanism_type,
+        at,
+        outcome_,
+        attempt,
+        outcome.statusCode ?? null,
+        error,
+      );
+    };
+    if (outcome.ok) {
+      history('delivered', null);
+      db.prepare("UPDATE alert_outbox SET status = 'delivered', attempts = ?, lease_owner = NULL, lease_until_ms = NULL, last_error = NULL, done_at = ? WHERE id = ?").run(attempt, at, row.id);
+      return 'delivered';
+    }
+    const error = `error ${outcome.code ?? 9400}: ${outcome.error ?? 'failed'}`;
+    history('failed', error);
+    if (retryAt === undefined || outcome.final === true) {
+      history('gave_up', `error 9402: given up after ${attempt} attempt${attempt === 1 ? '' : 's'}; last: ${error}`);
+      db.prepare("UPDATE alert_outbox SET status = 'failed', attempts = ?, lease_owner = NULL, lease_until_ms = NULL, last_error = ?, done_at = ? WHERE id = ?").run(attempt, error, at, row.id);
+      return 'gave_up';
+    }
+    db.prepare('UPDATE alert_outbox SET attempts = ?, next_attempt_ms = ?, lease_owner = NULL, lease_until_ms = NULL, last_error = ? WHERE id = ?').run(attempt, retryAt, error, row.id);
+    return 'retry';
+  }
+
+  /**
+   * Forgets history older than HISTORY_DAYS and finished (delivered or given
+   * up) outbox rows older than that, so the tables do not grow for ever;
+   * returns how many rows went.
+   */
+  prune(now: number): number {
+    const cutoff = nowStamp(new Date(now - HISTORY_DAYS * 86_400_000));
+    return this.store.write(() => {
+      const h = this.store.db.prepare('DELETE FROM alert_history WHERE sent < ?').run(cutoff).changes;
+      const o = this.store.db.prepare("DELETE FROM alert_outbox WHERE status != 'pending' AND done_at < ?").run(cutoff).changes;
+      return h + o;
+    });
+  }
+
+  /** The account's history, newest first, between `since` and `before` (RFC 3339, inclusive/exclusive). */
+  history(accountId: string, q: { since?: string | undefined; before?: string | undefined; page: number; perPage: number }): { items: HistoryObject[]; total: number } {
+    const where = ['account_id = ?'];
+    const args: unknown[] = [accountId];
+    if (q.since !== undefined) {
+      where.push('sent >= ?');
+      args.push(q.since);
+    }
+    if (q.before !== undefined) {
+      where.push('sent < ?');
+      args.push(q.before);
+    }
+    const w = where.join(' AND ');
+    return this.store.read(() => {
+      const total = (this.store.db.prepare(`SELECT count(*) AS n FROM alert_history WHERE ${w}`).get(...args) as { n: number }).n;
+      const items = this.store.db
+        .prepare(
+          `SELECT id, alert_body, alert_type, description, mechanism, mechanism_type, name, policy_id, sent, notification_id, outcome, attempt, status_code, error
+           FROM alert_history WHERE ${w} ORDER BY sent DESC, rowid DESC LIMIT ? OFFSET ?`,
+        )
+        .all(...args, q.perPage, (q.page - 1) * q.perPage) as HistoryObject[];
+      return { items, total };
+    });
+  }
+}
