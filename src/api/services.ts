@@ -4,7 +4,8 @@
 // database. Routes receive the services they need as plugin options; the
 // server starts the runners when it listens and stops them when it closes.
 
-import { Users, ListStore, Tokens, Daemons, type Database } from '../store/index.js';
+import { HealthMonitor, type HealthMonitorOptions } from '../health/index.js';
+import { Users, ListStore, Tokens, Daemons, LoadBalancingStore, type Database } from '../store/index.js';
 import { SqliteChangeFeed, type ChangeFeed } from './change-feed.js';
 import { ChannelHub, type HubOptions } from './channel-hub.js';
 import { Auth } from './auth.js';
@@ -12,6 +13,7 @@ import type { AuthLimitOptions } from './auth-limit.js';
 import { DEFAULT_API_LIMITS, type ApiLimits } from './limits.js';
 import { createListOperations, type ListOperationsRunner } from './list-operations.js';
 import { ListService } from './lists-service.js';
+import { LoadBalancingService, type LoadBalancingOptions } from './load-balancing-service.js';
 import { Runners, type RunnerLogger } from './runner.js';
 import { RulesetService } from './rulesets-service.js';
 
@@ -29,6 +31,10 @@ export interface ServicesOptions {
   channel?: HubOptions | undefined;
   /** Where the hub learns of commits (default: this database's own feed). */
   changes?: ChangeFeed | undefined;
+  /** Load balancing settings (`moat serve --monitor-min-interval`). */
+  loadBalancing?: LoadBalancingOptions | undefined;
+  /** The health monitor's settings (concurrency, clock; tests shorten them). */
+  health?: Omit<HealthMonitorOptions, 'store' | 'logger'> | undefined;
 }
 
 /** The services of one control plane. */
@@ -47,6 +53,10 @@ export interface Services {
   readonly changes: ChangeFeed;
   /** The control channel's server end; the server attaches it to its listener. */
   readonly hub: ChannelHub;
+  /** Load balancer monitors, pools and their health. */
+  readonly loadBalancing: LoadBalancingService;
+  /** The probe scheduler: origins' health and its events (register listeners on `loadBalancing.store`). */
+  readonly healthMonitor: HealthMonitor;
   /** Every background runner, not started: the server starts them once it listens. */
   readonly runners: Runners;
 }
@@ -59,6 +69,8 @@ export function createServices(options: ServicesOptions): Services {
   const listOperations = createListOperations({ lists: new ListStore(store), maxListItems: limits.maxListItems, logger });
   const changes = options.changes ?? new SqliteChangeFeed(store);
   const hub = new ChannelHub(store, changes, logger, options.channel);
+  const lbStore = new LoadBalancingStore(store);
+  const healthMonitor = new HealthMonitor({ ...(options.health ?? {}), store: lbStore, logger });
   return {
     store,
     limits,
@@ -70,9 +82,11 @@ export function createServices(options: ServicesOptions): Services {
     lists: new ListService(store, limits, () => listOperations.wake()),
     listOperations,
     daemons: new Daemons(store),
+    loadBalancing: new LoadBalancingService(store, options.loadBalancing, lbStore),
+    healthMonitor,
     changes,
     hub,
     // The feed starts before the hub subscribes to it; the hub stops first, closing its connections.
-    runners: new Runners([listOperations, changes, hub]),
+    runners: new Runners([listOperations, changes, hub, healthMonitor]),
   };
 }

@@ -153,6 +153,11 @@ export const ERRORS = Object.freeze({
   AUTH_TOO_MANY_FAILURES: def(7403, 429, 'too many failed authentications from this address; retry after Retry-After seconds'),
   AUTH_LEGACY_BUSY: def(7404, 503, 'a key stored with the old scrypt hash cannot be checked now (server-wide budget spent); retry after Retry-After seconds'),
   DAEMON_NOT_FOUND: def(7500, 404, 'daemon not found'),
+  LB_POOL_NOT_FOUND: def(7600, 404, 'load balancer pool not found'),
+  LB_MONITOR_NOT_FOUND: def(7601, 404, 'load balancer monitor not found'),
+  LB_MONITOR_IN_USE: def(7602, 400, 'the monitor is used by a pool and cannot be deleted'),
+  LB_MONITOR_UNKNOWN: def(7603, 400, "a pool's monitor does not exist in the account"),
+  LB_ICMP_UNAVAILABLE: def(7604, 400, 'icmp_ping and udp_icmp monitors need raw sockets, which this moat serve process cannot open'),
 
   // 8xxx: the embedded store
   STORE_OPEN: def(8001, 500, 'cannot open the database'),
@@ -161,6 +166,9 @@ export const ERRORS = Object.freeze({
   STORE_NEWER_SCHEMA: def(8004, 500, 'the database was written by a newer Moat'),
   STORE_NO_DATABASE: def(8005, 404, 'no database in the data directory (only `moat serve` creates one)'),
   STORE_PERMISSIONS: def(8006, 500, 'the data directory or a file in it is open to other users and cannot be made owner-only'),
+
+  // 93xx: health monitoring
+  HEALTH_LISTENER_FAILED: def(9300, 500, 'a health event listener failed: the probe result and its events were rolled back'),
 });
 
 /** Symbolic error name. */

@@ -8,7 +8,7 @@ import { join } from 'node:path';
 import { Option, type Command } from 'commander';
 import type { FastifyInstance } from 'fastify';
 import { pino, type Logger } from 'pino';
-import { buildServer, createServices, BASE_PATH, DEFAULT_AUTH_LIMIT } from '../../api/index.js';
+import { buildServer, createServices, BASE_PATH, DEFAULT_AUTH_LIMIT, DEFAULT_MIN_INTERVAL } from '../../api/index.js';
 import { CHANNEL_PATH, HEARTBEAT_SECONDS } from '../../channel/index.js';
 import { hostPortProblem } from '../../config/index.js';
 import { MoatError } from '../../errors/index.js';
@@ -30,6 +30,7 @@ interface ServeFlags {
   firstUserEmail?: string;
   authFailLimit: string;
   authFailWindow: string;
+  monitorMinInterval: string;
   channelHeartbeat: string;
   tlsCert?: string;
   tlsKey?: string;
@@ -88,6 +89,7 @@ export function registerServe(program: Command, out: Output): void {
     .option('--write-first-user', "also write the first user's key to <data-dir>/first-user.json (mode 0600) when this start creates it; without it the key is only printed")
     .option('--first-user-email <email>', `email of the user created on an empty database (default ${FIRST_USER_EMAIL}, which anyone can guess)`)
     .option('--auth-fail-limit <n>', 'failed authentications an address may make per window before its failures are answered 429 (0: no limit)', String(DEFAULT_AUTH_LIMIT.maxFailures))
+    .option('--monitor-min-interval <seconds>', 'shortest interval a load balancer monitor may have, in seconds (1 to 3600)', String(DEFAULT_MIN_INTERVAL))
     .option('--auth-fail-window <seconds>', "the failure limit's window, from an address's first failure", String(DEFAULT_AUTH_LIMIT.windowSeconds))
     .action(async (flags: ServeFlags) => {
       const { host, port } = parseListen(flags.listen);
@@ -99,6 +101,7 @@ export function registerServe(program: Command, out: Output): void {
         windowSeconds: wholeNumber('--auth-fail-window', flags.authFailWindow, 1, 86_400),
       };
       const heartbeat = heartbeatSeconds(flags.channelHeartbeat);
+      const minInterval = wholeNumber('--monitor-min-interval', flags.monitorMinInterval, 1, 3600);
       if (!['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'].includes(flags.logLevel)) throw new CliError(`--log-level ${flags.logLevel}: unknown level`);
       // Every startup failure is one line with a code and exit 1 (see startupError).
       let store: Database | undefined;
@@ -112,7 +115,7 @@ export function registerServe(program: Command, out: Output): void {
         store = Database.open(flags.dataDir);
         const log = pino({ level: flags.logLevel, base: { service: 'moat-api' } });
         const https = readTls(flags);
-        const services = createServices({ store, logger: log, authLimit, channel: { heartbeatSeconds: heartbeat } });
+        const services = createServices({ store, logger: log, authLimit, channel: { heartbeatSeconds: heartbeat }, loadBalancing: { minIntervalSeconds: minInterval } });
         try {
           app = await buildServer({ services, logger: log, https });
         } catch (err) {
