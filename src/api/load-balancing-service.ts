@@ -109,8 +109,8 @@ export class LoadBalancingService {
     const interval = int('interval', 60, this.minInterval, 3600, ` (this server's minimum is ${this.minInterval} s: moat serve --monitor-min-interval)`);
     const timeout = int('timeout', 5, 1, 10);
     const retries = int('retries', 2, 0, 5);
-    if (typeof interval === 'number' && typeof timeout === 'number' && timeout >= interval && interval >= this.minInterval) {
-      errors.push(invalidField('/timeout', `timeout (${timeout} s) must be shorter than interval (${interval} s)`));
+    if (typeof interval === 'number' && typeof timeout === 'number' && timeout > interval && interval >= this.minInterval) {
+      errors.push(invalidField('/timeout', `timeout (${timeout} s) must not be longer than interval (${interval} s)`));
     }
     const port = int('port', 0, 0, 65535);
     if ((type === 'tcp' || type === 'smtp' || type === 'udp_icmp') && port === 0) errors.push(invalidField('/port', `port is required for a ${type} monitor`));
@@ -118,7 +118,7 @@ export class LoadBalancingService {
     if (http && typeof expectedCodes === 'string' && !EXPECTED_CODES.test(expectedCodes)) {
       errors.push(invalidField('/expected_codes', `expected_codes must be a code ("200"), a class ("2xx") or a list ("200, 302"), not ${JSON.stringify(expectedCodes)}`));
     }
-    const method = str('method', type === 'tcp' ? 'connection_established' : http ? 'GET' : '', 20);
+    const method = str('method', type === 'tcp' ? 'connection_established' : http ? 'GET' : '', 30);
     if (http && typeof method === 'string' && !['GET', 'HEAD'].includes(method)) errors.push(invalidField('/method', 'method must be GET or HEAD for an HTTP monitor'));
     if (type === 'tcp' && method !== 'connection_established') errors.push(invalidField('/method', 'method must be connection_established for a tcp monitor'));
     const path = str('path', http ? '/' : '');
@@ -293,8 +293,10 @@ export class LoadBalancingService {
       const out: Body = { name: o.name, address: o.address, enabled, weight, port };
       if (o.header !== undefined) {
         const h = o.header;
-        if (!isObject(h) || Object.keys(h).some((k) => k !== 'host') || (h.host !== undefined && (!Array.isArray(h.host) || h.host.some((x) => typeof x !== 'string')))) {
-          errors.push(invalidField(`${at}/header`, 'an origin header must be {"host": ["name"]}'));
+        // Cloudflare documents {"Host": [...]}; "host" is accepted too, and kept as sent.
+        const bad = !isObject(h) || Object.entries(h).some(([k, v]) => k.toLowerCase() !== 'host' || !Array.isArray(v) || v.some((x) => typeof x !== 'string' || !/^[A-Za-z0-9.:_-]{1,253}$/.test(x)));
+        if (bad) {
+          errors.push(invalidField(`${at}/header`, 'an origin header must be {"Host": ["name"]}'));
         }
         out.header = h;
       }
@@ -330,8 +332,9 @@ export class LoadBalancingService {
     return this.poolView(this.store.poolOrThrow(accountId, id));
   }
 
-  pools(accountId: string, page: PageRequest): { result: Body[]; info: Record<string, unknown> } {
-    const { rows, total } = this.store.pools(accountId, page.offset, page.limit);
+  /** A page of the account's pools by name, optionally only those using `monitorId`. */
+  pools(accountId: string, page: PageRequest, monitorId: string | null = null): { result: Body[]; info: Record<string, unknown> } {
+    const { rows, total } = this.store.pools(accountId, page.offset, page.limit, monitorId);
     return { result: rows.map((r) => this.poolView(r)), info: resultInfo(page, rows.length, total) };
   }
 

@@ -128,11 +128,11 @@ export class HealthMonitor {
     const now = performance.now();
     const seen = new Set<string>();
     for (const { pool, monitor } of this.store.monitoredPools()) {
-      const origins = (pool.body.origins as { name: string; address: string; enabled: boolean; port: number; header?: { host?: string[] } }[]).filter((o) => o.enabled);
+      const origins = (pool.body.origins as { name: string; address: string; enabled: boolean; port: number; header?: Record<string, string[]> }[]).filter((o) => o.enabled);
       for (const o of origins) {
         const key = `${pool.id}/${o.name}`;
         seen.add(key);
-        const target: Target = { pool, monitor, origin: { name: o.name, address: o.address, port: o.port, host: o.header?.host?.[0] } };
+        const target: Target = { pool, monitor, origin: { name: o.name, address: o.address, port: o.port, host: hostOf(o.header) } };
         const e = this.entries.get(key);
         if (e !== undefined) {
           e.target = target;
@@ -218,6 +218,13 @@ export class HealthMonitor {
     const result = await this.probeFn(m, t.origin);
     await this.store.recordProbe(t.pool.id, (rows, poolBefore) => decide(t, m, result, rows, poolBefore));
   }
+}
+
+/** The origin's Host header ({"Host": [...]} as Cloudflare documents it, or "host"). */
+function hostOf(header: Record<string, string[]> | undefined): string | undefined {
+  if (header === undefined) return undefined;
+  for (const [k, v] of Object.entries(header)) if (k.toLowerCase() === 'host') return v[0];
+  return undefined;
 }
 
 /** The state machine of one result, and the pool's health after it (pure: tested alone). */

@@ -181,10 +181,11 @@ export class LoadBalancingStore {
   }
 
   /** A page of the account's pools, by name (then id), and how many there are. */
-  pools(accountId: string, offset: number, limit: number): { rows: PoolRow[]; total: number } {
+  pools(accountId: string, offset: number, limit: number, monitorId: string | null = null): { rows: PoolRow[]; total: number } {
     return this.store.read(() => {
-      const rows = (this.db.prepare('SELECT * FROM lb_pools WHERE account_id = ? ORDER BY name, id LIMIT ? OFFSET ?').all(accountId, limit, offset) as PoolDb[]).map(poolOf);
-      const { n } = this.db.prepare('SELECT count(*) AS n FROM lb_pools WHERE account_id = ?').get(accountId) as { n: number };
+      const where = 'account_id = ? AND (? IS NULL OR monitor_id = ?)';
+      const rows = (this.db.prepare(`SELECT * FROM lb_pools WHERE ${where} ORDER BY name, id LIMIT ? OFFSET ?`).all(accountId, monitorId, monitorId, limit, offset) as PoolDb[]).map(poolOf);
+      const { n } = this.db.prepare(`SELECT count(*) AS n FROM lb_pools WHERE ${where}`).get(accountId, monitorId, monitorId) as { n: number };
       return { rows, total: n };
     });
   }

@@ -94,7 +94,9 @@ export const loadBalancerRoutes: FastifyPluginAsync<LoadBalancerRoutesOptions> =
   api.get(`${base}/pools`, async (req) => {
     const { accountId } = scope(req);
     // A listing without pagination parameters returns every pool (the SDK's list is a single page).
-    const { result, info } = lb.pools(accountId, pageRequest(req, limits.maxPerPage, Number.MAX_SAFE_INTEGER));
+    const monitor = queryText(req, 'monitor') ?? null;
+    if (monitor !== null && !/^[0-9a-f]{32}$/.test(monitor)) throw apiError('API_BAD_QUERY', 'monitor must be a monitor id (32 hex characters)', { pointer: 'monitor' });
+    const { result, info } = lb.pools(accountId, pageRequest(req, limits.maxPerPage, Number.MAX_SAFE_INTEGER), monitor);
     return ok(result, info);
   });
   api.patch(`${base}/pools`, async (req) => {
