@@ -140,7 +140,7 @@ function probeTcp(m: ProbeMonitor, o: ProbeOrigin, signal: AbortSignal): Promise
       s.destroy();
       resolve({ ok: true, reason: '', timedOut: false, responseCode: null, rttMs: performance.now() - started });
     });
-    s.once('error', (err: NodeJS.ErrnoException) => resolve(signal.aborted ? timeout() : fail(socketReason(err))));
+    s.on('error', (err: NodeJS.ErrnoException) => resolve(signal.aborted ? timeout() : fail(socketReason(err))));
   });
 }
 
@@ -173,7 +173,7 @@ function probeSmtp(m: ProbeMonitor, o: ProbeOrigin, signal: AbortSignal): Promis
         else return finish({ ok: true, reason: '', timedOut: false, responseCode: 221, rttMs: performance.now() - started });
       }
     });
-    s.once('error', (err: NodeJS.ErrnoException) => resolve(signal.aborted ? timeout() : fail(socketReason(err))));
+    s.on('error', (err: NodeJS.ErrnoException) => resolve(signal.aborted ? timeout() : fail(socketReason(err))));
     s.once('end', () => {
       if (step < 3) finish(fail('connection closed before the SMTP dialogue ended'));
     });
