@@ -240,14 +240,13 @@ export function decide(
   // A changed address is a new origin as far as health goes.
   const before = prev !== undefined && prev.address === t.origin.address ? prev : undefined;
   const oldHealth = before?.health ?? null;
-  let ups = result.ok ? Math.min((before?.ups ?? 0) + 1, 1000) : 0;
-  let downs = result.ok ? 0 : Math.min((before?.downs ?? 0) + 1, 1000);
+  // Each result resets the opposite count: only consecutive results flip.
+  const ups = result.ok ? Math.min((before?.ups ?? 0) + 1, 1000) : 0;
+  const downs = result.ok ? 0 : Math.min((before?.downs ?? 0) + 1, 1000);
   let health = oldHealth;
   // consecutive_up/down of 0 mean 1: one result flips (Cloudflare's default).
   if (result.ok && health !== 'healthy' && ups >= Math.max(1, m.consecutive_up)) health = 'healthy';
   if (!result.ok && health !== 'unhealthy' && downs >= Math.max(1, m.consecutive_down)) health = 'unhealthy';
-  if (health === 'healthy') downs = 0;
-  if (health === 'unhealthy') ups = 0;
   const origin: OriginHealthRow = {
     poolId: t.pool.id,
     originName: t.origin.name,
