@@ -78,7 +78,7 @@ export class HealthMonitor {
   private refreshTimer: NodeJS.Timeout | undefined;
   private fingerprint = '';
   private running = false;
-  private readonly inflight = new Set<Promise<void>>();
+  private readonly inflight = new Set<Promise<unknown>>();
   private readonly stats: HealthStats = { probes: 0, lateness: new Float64Array(LATENESS_SAMPLES), samples: 0 };
 
   constructor(options: HealthMonitorOptions) {
@@ -188,7 +188,23 @@ export class HealthMonitor {
     const i = this.stats.samples++ % LATENESS_SAMPLES;
     this.stats.lateness[i] = now - e.due;
     const target = e.target;
-    const p = this.probeAndRecord(target)
+    const m = target.monitor.body as unknown as ProbeMonitor & { retries: number; consecutive_up: number; consecutive_down: number };
+    let released = false;
+    // The concurrency bound is on probes, not on their commit: the slot is
+    // freed once the probe has its result, while the result waits for the
+    // next group commit (holding slots through fsyncs halved the probe rate).
+    const release = () => {
+      if (released) return;
+      released = true;
+      this.active--;
+      this.stats.probes++;
+      this.pump();
+    };
+    const p = this.probeFn(m, target.origin)
+      .then((result) => {
+        release();
+        return this.store.recordProbe(target.pool.id, (rows, poolBefore) => decide(target, m, result, rows, poolBefore));
+      })
       .catch((err: unknown) => {
         const listener = !(err instanceof MoatError);
         this.logger?.error(
@@ -198,25 +214,19 @@ export class HealthMonitor {
       })
       .finally(() => {
         this.inflight.delete(p);
-        this.active--;
-        this.stats.probes++;
+        release();
         e.running = false;
+        // The next probe of this origin is scheduled once this one is recorded, so two results of one origin never race.
         if (!e.removed && this.running) {
           // Next due from the schedule, not from the end of the probe, so that slow probes do not drift; a probe late by more than an interval starts a fresh schedule.
           const interval = this.intervalMs(e.target) * (1 + (Math.random() * 2 - 1) * this.jitter);
           const t = performance.now();
           e.due = e.due + interval < t ? t + interval : e.due + interval;
           this.push(e);
+          this.pump();
         }
-        this.pump();
       });
     this.inflight.add(p);
-  }
-
-  private async probeAndRecord(t: Target): Promise<void> {
-    const m = t.monitor.body as unknown as ProbeMonitor & { retries: number; consecutive_up: number; consecutive_down: number };
-    const result = await this.probeFn(m, t.origin);
-    await this.store.recordProbe(t.pool.id, (rows, poolBefore) => decide(t, m, result, rows, poolBefore));
   }
 }
 

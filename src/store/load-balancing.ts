@@ -304,16 +304,6 @@ export class LoadBalancingStore {
     this.store.write(() => this.db.prepare('UPDATE lb_origin_health SET checked_on = NULL').run());
   }
 
-  /** Forgets origins of a pool that are no longer in it (renamed or removed). */
-  pruneOrigins(poolId: string, keep: readonly string[]): void {
-    const rows = this.db.prepare('SELECT origin_name FROM lb_origin_health WHERE pool_id = ?').all(poolId) as { origin_name: string }[];
-    const gone = rows.filter((r) => !keep.includes(r.origin_name));
-    if (gone.length === 0) return;
-    this.store.write(() => {
-      for (const g of gone) this.db.prepare('DELETE FROM lb_origin_health WHERE pool_id = ? AND origin_name = ?').run(poolId, g.origin_name);
-    });
-  }
-
   /** Recorded health events of an account, oldest first. */
   healthEvents(accountId: string): HealthEventRow[] {
     return this.db.prepare('SELECT * FROM health_events WHERE account_id = ? ORDER BY at, rowid').all(accountId) as HealthEventRow[];
