@@ -19,10 +19,19 @@ const SECONDS = Number(process.env.MOAT_BENCH_HEALTH_SECONDS ?? 10);
 const ORIGINS = Number(process.env.MOAT_BENCH_HEALTH_ORIGINS ?? 2000);
 const PER_POOL = 20;
 
+// One server on 20 ports: origin i of a pool uses port i, so that the
+// probes' 4-tuples are spread as real origins' are (2,000 connections a second
+// to one address and port exhaust loopback's ephemeral ports in TIME_WAIT).
 const ORIGIN_SERVER = `
 const http = require('node:http');
-const s = http.createServer((req, res) => res.writeHead(200, { 'content-type': 'text/plain' }).end('ok'));
-s.listen(0, '127.0.0.1', () => process.stdout.write(String(s.address().port) + '\\n'));
+const ports = [];
+for (let i = 0; i < ${PER_POOL}; i++) {
+  const s = http.createServer((req, res) => res.writeHead(200, { 'content-type': 'text/plain' }).end('ok'));
+  s.listen(0, '127.0.0.1', () => {
+    ports.push(s.address().port);
+    if (ports.length === ${PER_POOL}) process.stdout.write(ports.join(',') + '\\n');
+  });
+}
 `;
 
 function percentile(sorted: Float64Array, p: number): number {
@@ -32,15 +41,15 @@ function percentile(sorted: Float64Array, p: number): number {
 
 export async function runHealthBench(): Promise<void> {
   const origin = spawn(process.execPath, ['-e', ORIGIN_SERVER], { stdio: ['ignore', 'pipe', 'inherit'] });
-  const port = await new Promise<number>((resolve) => origin.stdout!.once('data', (d: Buffer) => resolve(Number(d.toString().trim()))));
+  const ports = await new Promise<number[]>((resolve) => origin.stdout!.once('data', (d: Buffer) => resolve(d.toString().trim().split(',').map(Number))));
   const dir = mkdtempSync(join(tmpdir(), 'moat-bench-health-'));
   const store = Database.open(dir);
   try {
     const lb = new LoadBalancingService(store, { minIntervalSeconds: 1, rawSockets: false });
     const account = newId();
-    const monitor = lb.createMonitor(account, { type: 'http', interval: 1, timeout: 1, retries: 0, port });
+    const monitor = lb.createMonitor(account, { type: 'http', interval: 1, timeout: 1, retries: 0 });
     for (let p = 0; p < ORIGINS / PER_POOL; p++) {
-      const origins = Array.from({ length: PER_POOL }, (_, i) => ({ name: `o${i}`, address: '127.0.0.1' }));
+      const origins = Array.from({ length: PER_POOL }, (_, i) => ({ name: `o${i}`, address: '127.0.0.1', port: ports[i] }));
       lb.createPool(account, { name: `pool-${p}`, monitor: monitor.id, origins });
     }
     const hm = new HealthMonitor({ store: lb.store });

@@ -14,7 +14,7 @@
 // probes everything today.
 
 import { MoatError } from '../errors/index.js';
-import { newId, nowStamp, type Health, type HealthEvent, type LoadBalancingStore, type MonitorRow, type OriginHealthRow, type PoolRow } from '../store/index.js';
+import { newId, nowStamp, type Health, type HealthEvent, type LoadBalancingStore, type MonitorRow, type OriginHealthRow, type PoolRow, type ProbeRecord } from '../store/index.js';
 import { probe as realProbe, type ProbeMonitor, type ProbeOrigin, type ProbeResult } from './probes.js';
 
 /** Where the monitor reports (the api's RunnerLogger fits). */
@@ -32,6 +32,8 @@ export interface HealthMonitorOptions {
   maxConcurrent?: number | undefined;
   /** How often the store is checked for changed pools or monitors, ms (default 500). */
   refreshMs?: number | undefined;
+  /** Results are written together every this many ms (default 100): one commit and fsync per batch, not per probe. */
+  flushMs?: number | undefined;
   /** Jitter of each interval, as a fraction (default 0.05: ±5 %, HAProxy's advice). */
   jitter?: number | undefined;
   /** The probe (tests and benchmarks may replace it). */
@@ -79,6 +81,9 @@ export class HealthMonitor {
   private fingerprint = '';
   private running = false;
   private readonly inflight = new Set<Promise<unknown>>();
+  private readonly flushMs: number;
+  private pending: { record: ProbeRecord; done: (r: HealthEvent[] | Error) => void }[] = [];
+  private flushTimer: NodeJS.Timeout | undefined;
   private readonly stats: HealthStats = { probes: 0, lateness: new Float64Array(LATENESS_SAMPLES), samples: 0 };
 
   constructor(options: HealthMonitorOptions) {
@@ -88,6 +93,30 @@ export class HealthMonitor {
     this.refreshMs = options.refreshMs ?? 500;
     this.jitter = options.jitter ?? 0.05;
     this.probeFn = options.probe ?? realProbe;
+    this.flushMs = options.flushMs ?? 100;
+  }
+
+  /** Queues a result for the next batch; resolves with its events, rejects with its listener's error. */
+  private record(record: ProbeRecord): Promise<HealthEvent[]> {
+    return new Promise((resolve, reject) => {
+      this.pending.push({ record, done: (r) => (r instanceof Error ? reject(r) : resolve(r)) });
+      this.flushTimer ??= setTimeout(() => this.flush(), this.flushMs);
+    });
+  }
+
+  /** Writes the queued results in one transaction. */
+  private flush(): void {
+    this.flushTimer = undefined;
+    const batch = this.pending;
+    this.pending = [];
+    if (batch.length === 0) return;
+    let results: (HealthEvent[] | Error)[];
+    try {
+      results = this.store.recordProbes(batch.map((b) => b.record));
+    } catch (err) {
+      results = batch.map(() => (err instanceof Error ? err : new Error(String(err))));
+    }
+    batch.forEach((b, i) => b.done(results[i]!));
   }
 
   /** Starts probing: the state is reloaded from the store, its latest results marked stale (unknown until probed again). */
@@ -105,7 +134,19 @@ export class HealthMonitor {
     this.running = false;
     if (this.timer !== undefined) clearTimeout(this.timer);
     if (this.refreshTimer !== undefined) clearInterval(this.refreshTimer);
-    await Promise.all([...this.inflight]);
+    // Probes in flight finish and their results are written before stop resolves.
+    const waiting = Promise.all([...this.inflight]);
+    while (this.inflight.size > 0) {
+      if (this.flushTimer !== undefined) {
+        clearTimeout(this.flushTimer);
+        this.flush();
+      }
+      await Promise.race([waiting, new Promise((r) => setTimeout(r, 10))]);
+    }
+    if (this.flushTimer !== undefined) {
+      clearTimeout(this.flushTimer);
+      this.flush();
+    }
   }
 
   /** Probe counts and lateness so far. */
@@ -203,7 +244,7 @@ export class HealthMonitor {
     const p = this.probeFn(m, target.origin)
       .then((result) => {
         release();
-        return this.store.recordProbe(target.pool.id, (rows, poolBefore) => decide(target, m, result, rows, poolBefore));
+        return this.record({ poolId: target.pool.id, decide: (rows, poolBefore) => decide(target, m, result, rows, poolBefore) });
       })
       .catch((err: unknown) => {
         const listener = !(err instanceof MoatError);

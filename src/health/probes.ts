@@ -83,7 +83,63 @@ function hostPart(address: string): string {
   return isIPv6(address) ? `[${address}]` : address;
 }
 
+/**
+ * Plain HTTP without expected_body: one request on a raw socket, read up to
+ * the end of the response headers. node:http's client cost 340 us of CPU per
+ * probe (a new connection each time), a third of a core at 1,000 probes/s;
+ * this costs about what a TCP connect does. Anything else (TLS, a body to
+ * search, a redirect to follow) goes through node:http.
+ */
+function probeHttpFast(m: ProbeMonitor, o: ProbeOrigin, port: number, signal: AbortSignal): Promise<ProbeResult | 'full'> {
+  const started = performance.now();
+  let head = `${m.method} ${m.path} HTTP/1.1\r\n`;
+  let host = o.host;
+  for (const [k, vs] of Object.entries(m.header)) {
+    if (k.toLowerCase() === 'host') {
+      host ??= vs[0];
+      continue;
+    }
+    for (const v of vs) head += `${k}: ${v}\r\n`;
+  }
+  host ??= port === 80 ? hostPart(o.address) : `${hostPart(o.address)}:${port}`;
+  head += `Host: ${host}\r\nUser-Agent: ${PROBE_USER_AGENT}\r\nConnection: close\r\n\r\n`;
+  return new Promise((resolve) => {
+    const s = connect({ host: o.address, port, signal });
+    let buffer = '';
+    const finish = (r: ProbeResult | 'full') => {
+      s.destroy();
+      resolve(r);
+    };
+    s.setEncoding('latin1');
+    s.once('connect', () => s.write(head));
+    s.on('data', (chunk: string) => {
+      buffer += chunk;
+      const end = buffer.indexOf('\r\n\r\n');
+      if (end < 0) {
+        if (buffer.length > 64 * 1024) finish(fail('response headers too long'));
+        return;
+      }
+      const status = /^HTTP\/1\.[01] (\d{3})/.exec(buffer);
+      if (status === null) return finish(fail('not an HTTP response'));
+      const code = Number(status[1]);
+      const rttMs = performance.now() - started;
+      const redirect = code >= 300 && code < 400 && /\r\nlocation:/i.test(buffer.slice(0, end));
+      if (redirect && m.follow_redirects) return finish('full');
+      if (!codeExpected(m.expected_codes, code)) return finish(fail(redirect ? `HTTP ${code} (redirects are not followed)` : `HTTP ${code}`, { responseCode: code, rttMs }));
+      finish({ ok: true, reason: '', timedOut: false, responseCode: code, rttMs });
+    });
+    s.on('error', (err: NodeJS.ErrnoException) => resolve(signal.aborted ? timeout() : fail(socketReason(err))));
+    s.once('end', () => {
+      if (!s.destroyed) finish(fail('connection closed before the response headers'));
+    });
+  });
+}
+
 async function probeHttp(m: ProbeMonitor, o: ProbeOrigin, signal: AbortSignal): Promise<ProbeResult> {
+  if (m.type === 'http' && m.expected_body === '') {
+    const fast = await probeHttpFast(m, o, m.port !== 0 ? m.port : o.port !== 0 ? o.port : 80, signal);
+    if (fast !== 'full') return fast;
+  }
   const https = m.type === 'https';
   const port = m.port !== 0 ? m.port : o.port !== 0 ? o.port : https ? 443 : 80;
   const headers: Record<string, string | string[]> = {};

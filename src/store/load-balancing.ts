@@ -262,41 +262,51 @@ export class LoadBalancingStore {
   }
 
   /**
-   * Records one probe: `decide` gets the pool's origin rows and its recorded
-   * health (read inside the transaction, so two origins of one pool finishing
-   * together cannot both see the old pool health) and returns the origin's new
-   * row, the pool's health and the edges; the rows and events are written and
-   * each event handed to every listener, all in one transaction. A listener
-   * that throws rolls it all back (the next probe finds the edge again).
-   * Probes finishing in the same turn of the event loop share one commit
-   * (group commit), each in its own savepoint.
+   * Records probes: each `decide` gets the pool's origin rows and its recorded
+   * health (read inside the transaction, so two origins of one pool recorded
+   * together see each other) and returns the origin's new row, the pool's
+   * health and the edges; the rows and events are written and each event
+   * handed to every listener. All the probes share one transaction (one
+   * commit, one fsync), each in its own savepoint: a listener that throws
+   * rolls back that probe's rows and events only (the next probe finds the
+   * edge again), and its error is returned in that probe's place.
    */
-  recordProbe(
-    poolId: string,
-    decide: (origins: Map<string, OriginHealthRow>, poolHealth: Health | null) => { origin: OriginHealthRow; poolHealth: Health | null; events: HealthEvent[] },
-  ): Promise<HealthEvent[]> {
-    return this.store.writeGrouped(() => {
-      // The pool may have been deleted since the probe began: nothing to record.
-      if (this.db.prepare('SELECT 1 FROM lb_pools WHERE id = ?').get(poolId) === undefined) return [];
-      const { origin, poolHealth, events } = decide(this.originHealth(poolId), this.poolHealth(poolId));
-      this.db
-        .prepare(
-          `INSERT INTO lb_origin_health (pool_id, origin_name, address, health, ups, downs, failure_reason, response_code, rtt_ms, checked_on)
-           VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
-           ON CONFLICT (pool_id, origin_name) DO UPDATE SET address = excluded.address, health = excluded.health, ups = excluded.ups, downs = excluded.downs,
-             failure_reason = excluded.failure_reason, response_code = excluded.response_code, rtt_ms = excluded.rtt_ms, checked_on = excluded.checked_on`,
-        )
-        .run(poolId, origin.originName, origin.address, origin.health, origin.ups, origin.downs, origin.failureReason, origin.responseCode, origin.rttMs, origin.checkedOn);
-      this.db.prepare('INSERT INTO lb_pool_health (pool_id, health) VALUES (?, ?) ON CONFLICT (pool_id) DO UPDATE SET health = excluded.health').run(poolId, poolHealth);
-      const insert = this.db.prepare(
-        'INSERT INTO health_events (id, account_id, pool_id, event_source, origin_name, origin_address, old_health, new_health, reason, at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)',
-      );
-      for (const e of events) {
-        insert.run(e.id, e.accountId, e.pool.id, e.eventSource, e.origin?.name ?? null, e.origin?.address ?? null, e.oldHealth, e.newHealth, e.reason, e.at);
-        for (const l of this.listeners) l(e);
+  recordProbes(probes: readonly ProbeRecord[]): (HealthEvent[] | Error)[] {
+    const out: (HealthEvent[] | Error)[] = [];
+    this.store.write(() => {
+      for (const p of probes) {
+        try {
+          // A nested transaction function runs in a savepoint (better-sqlite3).
+          out.push(this.db.transaction(() => this.recordOne(p))());
+        } catch (err) {
+          out.push(err instanceof Error ? err : new Error(String(err)));
+        }
       }
-      return events;
     });
+    return out;
+  }
+
+  private recordOne({ poolId, decide }: ProbeRecord): HealthEvent[] {
+    // The pool may have been deleted since the probe began: nothing to record.
+    if (this.db.prepare('SELECT 1 FROM lb_pools WHERE id = ?').get(poolId) === undefined) return [];
+    const { origin, poolHealth, events } = decide(this.originHealth(poolId), this.poolHealth(poolId));
+    this.db
+      .prepare(
+        `INSERT INTO lb_origin_health (pool_id, origin_name, address, health, ups, downs, failure_reason, response_code, rtt_ms, checked_on)
+         VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+         ON CONFLICT (pool_id, origin_name) DO UPDATE SET address = excluded.address, health = excluded.health, ups = excluded.ups, downs = excluded.downs,
+           failure_reason = excluded.failure_reason, response_code = excluded.response_code, rtt_ms = excluded.rtt_ms, checked_on = excluded.checked_on`,
+      )
+      .run(poolId, origin.originName, origin.address, origin.health, origin.ups, origin.downs, origin.failureReason, origin.responseCode, origin.rttMs, origin.checkedOn);
+    this.db.prepare('INSERT INTO lb_pool_health (pool_id, health) VALUES (?, ?) ON CONFLICT (pool_id) DO UPDATE SET health = excluded.health').run(poolId, poolHealth);
+    const insert = this.db.prepare(
+      'INSERT INTO health_events (id, account_id, pool_id, event_source, origin_name, origin_address, old_health, new_health, reason, at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)',
+    );
+    for (const e of events) {
+      insert.run(e.id, e.accountId, e.pool.id, e.eventSource, e.origin?.name ?? null, e.origin?.address ?? null, e.oldHealth, e.newHealth, e.reason, e.at);
+      for (const l of this.listeners) l(e);
+    }
+    return events;
   }
 
   /** After a restart: every origin's latest probe is forgotten (health shown unknown until its first result), its health kept as the baseline of edges. */
@@ -308,6 +318,12 @@ export class LoadBalancingStore {
   healthEvents(accountId: string): HealthEventRow[] {
     return this.db.prepare('SELECT * FROM health_events WHERE account_id = ? ORDER BY at, rowid').all(accountId) as HealthEventRow[];
   }
+}
+
+/** One probe to record (see recordProbes). */
+export interface ProbeRecord {
+  poolId: string;
+  decide: (origins: Map<string, OriginHealthRow>, poolHealth: Health | null) => { origin: OriginHealthRow; poolHealth: Health | null; events: HealthEvent[] };
 }
 
 /** A health_events row. */
