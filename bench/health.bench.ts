@@ -10,6 +10,7 @@
 import { spawn } from 'node:child_process';
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
+import { monitorEventLoopDelay } from 'node:perf_hooks';
 import { join } from 'node:path';
 import { LoadBalancingService } from '../src/api/index.js';
 import { HealthMonitor } from '../src/health/index.js';
@@ -59,11 +60,14 @@ export async function runHealthBench(): Promise<void> {
     const stats = hm.statistics();
     const probes0 = stats.probes;
     const samples0 = stats.samples;
+    const loop = monitorEventLoopDelay({ resolution: 10 });
+    loop.enable();
     const cpu0 = process.cpuUsage();
     const t0 = performance.now();
     await new Promise((r) => setTimeout(r, SECONDS * 1000));
     const elapsed = (performance.now() - t0) / 1000;
     const cpu = process.cpuUsage(cpu0);
+    loop.disable();
     const probes = stats.probes - probes0;
     const n = Math.min(stats.samples - samples0, stats.lateness.length);
     const late = new Float64Array(n);
@@ -75,6 +79,7 @@ export async function runHealthBench(): Promise<void> {
     console.log(`probes/s            ${(probes / elapsed).toFixed(0)} (target ${ORIGINS})`);
     console.log(`CPU per probe       ${((cpu.user + cpu.system) / probes).toFixed(1)} us (monitor process; ${(((cpu.user + cpu.system) / 1e6 / elapsed) * 100).toFixed(0)}% of a core)`);
     console.log(`lateness ms         p50 ${percentile(late, 50).toFixed(1)}  p99 ${percentile(late, 99).toFixed(1)}  max ${percentile(late, 100).toFixed(1)} (${n} probes)`);
+    console.log(`event loop delay    p99 ${(loop.percentile(99) / 1e6).toFixed(1)}  max ${(loop.max / 1e6).toFixed(1)} ms (what blocks the loop makes probes late)`);
     console.log(`origins failing     ${failing}`);
   } finally {
     store.close();

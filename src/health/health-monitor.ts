@@ -32,7 +32,7 @@ export interface HealthMonitorOptions {
   maxConcurrent?: number | undefined;
   /** How often the store is checked for changed pools or monitors, ms (default 500). */
   refreshMs?: number | undefined;
-  /** Results are written together every this many ms (default 100): one commit and fsync per batch, not per probe. */
+  /** Results are written together every this many ms (default 50): one commit and fsync per batch, not per probe. */
   flushMs?: number | undefined;
   /** Jitter of each interval, as a fraction (default 0.05: ±5 %, HAProxy's advice). */
   jitter?: number | undefined;
@@ -93,7 +93,7 @@ export class HealthMonitor {
     this.refreshMs = options.refreshMs ?? 500;
     this.jitter = options.jitter ?? 0.05;
     this.probeFn = options.probe ?? realProbe;
-    this.flushMs = options.flushMs ?? 100;
+    this.flushMs = options.flushMs ?? 50;
   }
 
   /** Queues a result for the next batch; resolves with its events, rejects with its listener's error. */

@@ -273,16 +273,26 @@ export class LoadBalancingStore {
    */
   recordProbes(probes: readonly ProbeRecord[]): (HealthEvent[] | Error)[] {
     const out: (HealthEvent[] | Error)[] = [];
-    this.store.write(() => {
-      for (const p of probes) {
-        try {
-          // A nested transaction function runs in a savepoint (better-sqlite3).
-          out.push(this.db.transaction(() => this.recordOne(p))());
-        } catch (err) {
-          out.push(err instanceof Error ? err : new Error(String(err)));
+    // Without the fsync of synchronous=FULL: a commit that blocked the event
+    // loop for hundreds of ms on a busy disk made probes that late. Still
+    // atomic and safe from a crash of the process (WAL); a power cut may lose
+    // the last batches, state and events together, and the next probes find
+    // those edges again from the state before them.
+    this.db.pragma('synchronous = NORMAL');
+    try {
+      this.store.write(() => {
+        for (const p of probes) {
+          try {
+            // A nested transaction function runs in a savepoint (better-sqlite3).
+            out.push(this.db.transaction(() => this.recordOne(p))());
+          } catch (err) {
+            out.push(err instanceof Error ? err : new Error(String(err)));
+          }
         }
-      }
-    });
+      });
+    } finally {
+      this.db.pragma('synchronous = FULL');
+    }
     return out;
   }
 
