@@ -80,7 +80,6 @@ export class HealthMonitor {
   private refreshTimer: NodeJS.Timeout | undefined;
   private fingerprint = '';
   private running = false;
-  private readonly inflight = new Set<Promise<unknown>>();
   private readonly flushMs: number;
   private pending: { record: ProbeRecord; done: (r: HealthEvent[] | Error) => void }[] = [];
   private flushTimer: NodeJS.Timeout | undefined;
@@ -98,6 +97,8 @@ export class HealthMonitor {
 
   /** Queues a result for the next batch; resolves with its events, rejects with its listener's error. */
   private record(record: ProbeRecord): Promise<HealthEvent[]> {
+    // After stop the database may be closed: a late result is dropped.
+    if (!this.running) return Promise.resolve([]);
     return new Promise((resolve, reject) => {
       this.pending.push({ record, done: (r) => (r instanceof Error ? reject(r) : resolve(r)) });
       this.flushTimer ??= setTimeout(() => this.flush(), this.flushMs);
@@ -129,24 +130,19 @@ export class HealthMonitor {
     this.refreshTimer.unref();
   }
 
-  /** Stops scheduling and waits for the probes in flight to be recorded. */
+  /**
+   * Stops scheduling and writes the results already in. Probes still in
+   * flight are not waited for (one may take timeout x (retries + 1), a minute
+   * at most, which would hold up a shutdown): their results are dropped, and
+   * the next start probes those origins again.
+   */
   async stop(): Promise<void> {
     this.running = false;
     if (this.timer !== undefined) clearTimeout(this.timer);
     if (this.refreshTimer !== undefined) clearInterval(this.refreshTimer);
-    // Probes in flight finish and their results are written before stop resolves.
-    const waiting = Promise.all([...this.inflight]);
-    while (this.inflight.size > 0) {
-      if (this.flushTimer !== undefined) {
-        clearTimeout(this.flushTimer);
-        this.flush();
-      }
-      await Promise.race([waiting, new Promise((r) => setTimeout(r, 10))]);
-    }
-    if (this.flushTimer !== undefined) {
-      clearTimeout(this.flushTimer);
-      this.flush();
-    }
+    if (this.flushTimer !== undefined) clearTimeout(this.flushTimer);
+    this.flush();
+    await Promise.resolve();
   }
 
   /** Probe counts and lateness so far. */
@@ -241,7 +237,8 @@ export class HealthMonitor {
       this.stats.probes++;
       this.pump();
     };
-    const p = this.probeFn(m, target.origin)
+    // Errors end in the catch below: nothing rejects past it.
+    void this.probeFn(m, target.origin)
       .then((result) => {
         release();
         return this.record({ poolId: target.pool.id, decide: (rows, poolBefore) => decide(target, m, result, rows, poolBefore) });
@@ -254,7 +251,6 @@ export class HealthMonitor {
         );
       })
       .finally(() => {
-        this.inflight.delete(p);
         release();
         e.running = false;
         // The next probe of this origin is scheduled once this one is recorded, so two results of one origin never race.
@@ -267,7 +263,6 @@ export class HealthMonitor {
           this.pump();
         }
       });
-    this.inflight.add(p);
   }
 }
 

@@ -225,3 +225,24 @@ describe('damping, TCP origins and restarts', () => {
     await api.dispose();
   });
 });
+
+describe('stopping', () => {
+  it('does not wait for a probe in flight (an origin that never answers: 3 tries of 5 s)', async () => {
+    const silent = createHttpServer(() => undefined);
+    await new Promise<void>((r) => silent.listen(0, '127.0.0.1', r));
+    const api = await startApi(FAST);
+    try {
+      const sdk = api.client();
+      const m = await sdk.loadBalancers.monitors.create({ account_id: api.accountId, interval: 5, timeout: 5, retries: 2 });
+      await sdk.loadBalancers.pools.create({ account_id: api.accountId, name: 'slow', monitor: m.id, origins: [{ name: 's', address: '127.0.0.1', port: (silent.address() as AddressInfo).port }] });
+      await until('the probe to start', () => (api.services.healthMonitor.statistics().samples > 0 ? true : undefined), 15_000);
+      const started = Date.now();
+      await api.stop();
+      expect(Date.now() - started).toBeLessThan(2000);
+    } finally {
+      await api.dispose();
+      silent.closeAllConnections();
+      silent.close();
+    }
+  }, 60_000);
+});
