@@ -1,10 +1,11 @@
 // Runs the benchmarks: `npm run bench [-- name...]` (names: expr, pcap-reader, pipeline, swap,
-// address-table, inline, api, channel, soak). Without names every benchmark but the 10-minute soak runs. inline and
+// address-table, inline, api, channel, health, soak). Without names every benchmark but the 10-minute soak runs. inline and
 // soak need root, iperf3 and network namespaces.
 import { runAddressTableBench } from './address-table.bench.js';
 import { runApiBench } from './api.bench.js';
 import { runChannelBench } from './channel.bench.js';
 import { runExprBench } from './expr.bench.js';
+import { runHealthBench } from './health.bench.js';
 import { runInlineBench } from './inline.bench.js';
 import { runPcapReaderBench } from './pcap-reader.bench.js';
 import { runPipelineBench } from './pipeline.bench.js';
@@ -20,6 +21,7 @@ const BENCHES: Record<string, () => void | Promise<void>> = {
   inline: runInlineBench,
   api: runApiBench,
   channel: runChannelBench,
+  health: runHealthBench,
   soak: () => runSoak(Number(process.env.MOAT_SOAK_SECONDS ?? 600)),
 };
 

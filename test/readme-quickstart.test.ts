@@ -75,12 +75,12 @@ describe('the README is about what exists', () => {
     }
   });
 
-  it('its opening presents pools and monitors as not built yet, and notifications as served', () => {
+  it('its opening presents pools, monitors and notifications as built, and the migration command as not built yet', () => {
     const opening = readme.slice(0, readme.indexOf('## Quick start'));
     const notYet = opening.indexOf('Not built yet');
     expect(notYet).toBeGreaterThan(0);
-    expect(opening).toMatch(/alerting\s+v3 API/);
-    for (const word of ['pools', 'health monitor']) {
+    expect(opening.slice(notYet)).toMatch(/migrate-notifications/);
+    for (const word of ['moat migrate-notifications']) {
       const at = opening.search(new RegExp(`\\b${word}`, 'i'));
       if (at >= 0) expect(at, `"${word}" in the opening before "Not built yet"`).toBeGreaterThan(notYet);
     }

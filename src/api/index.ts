@@ -13,3 +13,4 @@ export { ListService } from './lists-service.js';
 export { readAccountDeployment, type AccountDeployment } from './account-deployment.js';
 export { ChannelHub, type HubOptions } from './channel-hub.js';
 export { SqliteChangeFeed, type ChangeFeed } from './change-feed.js';
+export { LoadBalancingService, DEFAULT_MIN_INTERVAL, type LoadBalancingOptions } from './load-balancing-service.js';

@@ -15,6 +15,7 @@ import { loneSurrogateAt, shownPath } from './request.js';
 import { alertingRoutes } from './routes/alerting.js';
 import { daemonRoutes } from './routes/daemons.js';
 import { listRoutes } from './routes/lists.js';
+import { loadBalancerRoutes } from './routes/load-balancers.js';
 import { notImplementedRoutes } from './routes/not-implemented.js';
 import { healthCheckRoutes } from './routes/health-check.js';
 import { identityRoutes } from './routes/identity.js';
@@ -284,6 +285,7 @@ export async function buildServer(options: ServerOptions): Promise<FastifyInstan
 
   await app.register(rulesetRoutes, { prefix: BASE_PATH, services });
   await app.register(listRoutes, { prefix: BASE_PATH, services });
+  await app.register(loadBalancerRoutes, { prefix: BASE_PATH, services });
   await app.register(identityRoutes, { prefix: BASE_PATH, services });
   await app.register(daemonRoutes, { prefix: BASE_PATH, services });
   await app.register(alertingRoutes, { prefix: BASE_PATH, services });

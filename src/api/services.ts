@@ -6,8 +6,9 @@
 // server starts the runners when it listens and stops them when it closes.
 
 import { dirname, join } from 'node:path';
+import { HealthMonitor, type HealthMonitorOptions } from '../health/index.js';
 import { AlertingStore, DeliveryWorker, DeprecationNotices, Notifier, createMailer, type Clock, type LegacyPools, type PoolDirectory, type Resolver } from '../notify/index.js';
-import { Users, ListStore, Tokens, Daemons, type Database } from '../store/index.js';
+import { Users, ListStore, Tokens, Daemons, LoadBalancingStore, type Database } from '../store/index.js';
 import { AlertingService } from './alerting-service.js';
 import { SqliteChangeFeed, type ChangeFeed } from './change-feed.js';
 import { ChannelHub, type HubOptions } from './channel-hub.js';
@@ -16,6 +17,7 @@ import type { AuthLimitOptions } from './auth-limit.js';
 import { DEFAULT_API_LIMITS, type ApiLimits } from './limits.js';
 import { createListOperations, type ListOperationsRunner } from './list-operations.js';
 import { ListService } from './lists-service.js';
+import { LoadBalancingService, type LoadBalancingOptions } from './load-balancing-service.js';
 import { Runners, type RunnerLogger } from './runner.js';
 import { RulesetService } from './rulesets-service.js';
 
@@ -35,6 +37,10 @@ export interface ServicesOptions {
   changes?: ChangeFeed | undefined;
   /** Notification settings (SMTP, private webhooks, the pools policies may name). */
   notify?: NotifyOptions | undefined;
+  /** Load balancing settings (`moat serve --monitor-min-interval`). */
+  loadBalancing?: LoadBalancingOptions | undefined;
+  /** The health monitor's settings (concurrency, clock; tests shorten them). */
+  health?: Omit<HealthMonitorOptions, 'store' | 'logger'> | undefined;
 }
 
 /** Settings of notifications. */
@@ -86,6 +92,10 @@ export interface Services {
   readonly notifier: Notifier;
   /** The notification delivery worker (a runner). */
   readonly delivery: DeliveryWorker;
+  /** Load balancer monitors, pools and their health. */
+  readonly loadBalancing: LoadBalancingService;
+  /** The probe scheduler: origins' health and its events (register listeners on `loadBalancing.store`). */
+  readonly healthMonitor: HealthMonitor;
   /** Every background runner, not started: the server starts them once it listens. */
   readonly runners: Runners;
 }
@@ -98,8 +108,10 @@ export function createServices(options: ServicesOptions): Services {
   const listOperations = createListOperations({ lists: new ListStore(store), maxListItems: limits.maxListItems, logger });
   const changes = options.changes ?? new SqliteChangeFeed(store);
   const hub = new ChannelHub(store, changes, logger, options.channel);
+  const lbStore = new LoadBalancingStore(store);
+  const healthMonitor = new HealthMonitor({ ...(options.health ?? {}), store: lbStore, logger });
   const n = options.notify ?? {};
-  const alertingStore = new AlertingStore(store, n.pools ?? { poolExists: () => false });
+  const alertingStore = new AlertingStore(store, n.pools ?? lbStore);
   const mailer = createMailer({ smtpUrl: n.smtpUrl, from: n.mailFrom ?? DEFAULT_MAIL_FROM, spoolDir: n.spoolDir ?? join(dirname(store.file), 'mail-spool') });
   const delivery = new DeliveryWorker({
     store,
@@ -111,9 +123,11 @@ export function createServices(options: ServicesOptions): Services {
     allowPrivateWebhooks: n.allowPrivateWebhooks,
     logger,
     deprecation:
-      n.deprecationIntervalMs === 0 ? undefined : new DeprecationNotices(store, n.legacyPools ?? { legacyPools: () => [] }, n.deprecationIntervalMs),
+      n.deprecationIntervalMs === 0 ? undefined : new DeprecationNotices(store, n.legacyPools ?? lbStore, n.deprecationIntervalMs),
   });
   const notifier = new Notifier(alertingStore, n.clock ?? { now: () => Date.now() }, () => setImmediate(() => delivery.wake()));
+  // Health edges queue their notifications in the transaction that records them (issue #18 item 9).
+  lbStore.onHealthEvent((event) => notifier.onHealthEvent(event));
   return {
     store,
     limits,
@@ -125,12 +139,14 @@ export function createServices(options: ServicesOptions): Services {
     lists: new ListService(store, limits, () => listOperations.wake()),
     listOperations,
     daemons: new Daemons(store),
+    loadBalancing: new LoadBalancingService(store, options.loadBalancing, lbStore),
+    healthMonitor,
     changes,
     hub,
     alerting: new AlertingService(alertingStore, n.allowPrivateWebhooks === true, n.resolver),
     notifier,
     delivery,
     // The feed starts before the hub subscribes to it; the hub stops first, closing its connections.
-    runners: new Runners([listOperations, changes, hub, delivery]),
+    runners: new Runners([listOperations, changes, hub, healthMonitor, delivery]),
   };
 }

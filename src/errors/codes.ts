@@ -153,6 +153,11 @@ export const ERRORS = Object.freeze({
   AUTH_TOO_MANY_FAILURES: def(7403, 429, 'too many failed authentications from this address; retry after Retry-After seconds'),
   AUTH_LEGACY_BUSY: def(7404, 503, 'a key stored with the old scrypt hash cannot be checked now (server-wide budget spent); retry after Retry-After seconds'),
   DAEMON_NOT_FOUND: def(7500, 404, 'daemon not found'),
+  LB_POOL_NOT_FOUND: def(7600, 404, 'load balancer pool not found'),
+  LB_MONITOR_NOT_FOUND: def(7601, 404, 'load balancer monitor not found'),
+  LB_MONITOR_IN_USE: def(7602, 400, 'the monitor is used by a pool and cannot be deleted'),
+  LB_MONITOR_UNKNOWN: def(7603, 400, "a pool's monitor does not exist in the account"),
+  LB_ICMP_UNAVAILABLE: def(7604, 400, 'icmp_ping and udp_icmp monitors need raw sockets, which this moat serve process cannot open'),
   ALERT_POLICY_NOT_FOUND: def(7700, 404, 'notification policy not found'),
   ALERT_WEBHOOK_NOT_FOUND: def(7701, 404, 'webhook destination not found'),
   ALERT_WEBHOOK_TEST_FAILED: def(7702, 400, 'the test POST to the webhook failed (the message gives its status code or error)'),
@@ -168,6 +173,8 @@ export const ERRORS = Object.freeze({
   STORE_NO_DATABASE: def(8005, 404, 'no database in the data directory (only `moat serve` creates one)'),
   STORE_PERMISSIONS: def(8006, 500, 'the data directory or a file in it is open to other users and cannot be made owner-only'),
 
+  // 93xx: health monitoring
+  HEALTH_LISTENER_FAILED: def(9300, 500, 'a health event listener failed: the probe result and its events were rolled back'),
   // 94xx: notification delivery (recorded in the alerting history and the server log)
   NOTIFY_WEBHOOK_FAILED: def(9400, 502, 'a webhook delivery attempt failed (non-2xx status, refused connection, timeout); it is retried'),
   NOTIFY_EMAIL_FAILED: def(9401, 502, 'an email delivery attempt failed (SMTP error or spool write); it is retried'),

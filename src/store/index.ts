@@ -29,3 +29,4 @@ export {
   type StatusUpdate,
 } from './daemons.js';
 export type { Health, HealthEvent, HealthEventListener } from './health-event.js';
+export { LoadBalancingStore, type MonitorRow, type PoolRow, type OriginHealthRow, type HealthEventRow, type ProbeRecord } from './load-balancing.js';

@@ -319,4 +319,61 @@ export const MIGRATIONS: readonly string[] = [
     PRIMARY KEY (account_id, address)
   ) STRICT, WITHOUT ROWID;
   `,
+  // 7: load balancer pools and monitors (#18), kept as their API bodies (JSON)
+  // beside the columns the code selects on, and the health the monitor
+  // derives: one row per monitored origin (its state machine, reloaded on a
+  // restart) and per pool, and the edges it records (health_events). The
+  // origin key is (pool, name): Cloudflare's recovery notices match an earlier
+  // alert on the same pool and endpoint name.
+  `
+  CREATE TABLE lb_monitors (
+    id TEXT PRIMARY KEY,
+    account_id TEXT NOT NULL REFERENCES accounts(id),
+    body TEXT NOT NULL,
+    created_on TEXT NOT NULL,
+    modified_on TEXT NOT NULL
+  ) STRICT;
+  CREATE INDEX lb_monitors_account ON lb_monitors(account_id);
+  CREATE TABLE lb_pools (
+    id TEXT PRIMARY KEY,
+    account_id TEXT NOT NULL REFERENCES accounts(id),
+    name TEXT NOT NULL,
+    monitor_id TEXT REFERENCES lb_monitors(id),
+    body TEXT NOT NULL,
+    created_on TEXT NOT NULL,
+    modified_on TEXT NOT NULL
+  ) STRICT;
+  CREATE INDEX lb_pools_account_name ON lb_pools(account_id, name, id);
+  CREATE INDEX lb_pools_monitor ON lb_pools(monitor_id);
+  CREATE TABLE lb_origin_health (
+    pool_id TEXT NOT NULL REFERENCES lb_pools(id) ON DELETE CASCADE,
+    origin_name TEXT NOT NULL,
+    address TEXT NOT NULL,
+    health TEXT,
+    ups INTEGER NOT NULL DEFAULT 0,
+    downs INTEGER NOT NULL DEFAULT 0,
+    failure_reason TEXT NOT NULL DEFAULT '',
+    response_code INTEGER,
+    rtt_ms REAL,
+    checked_on TEXT,
+    PRIMARY KEY (pool_id, origin_name)
+  ) STRICT;
+  CREATE TABLE lb_pool_health (
+    pool_id TEXT PRIMARY KEY REFERENCES lb_pools(id) ON DELETE CASCADE,
+    health TEXT
+  ) STRICT;
+  CREATE TABLE health_events (
+    id TEXT PRIMARY KEY,
+    account_id TEXT NOT NULL,
+    pool_id TEXT NOT NULL,
+    event_source TEXT NOT NULL,
+    origin_name TEXT,
+    origin_address TEXT,
+    old_health TEXT,
+    new_health TEXT NOT NULL,
+    reason TEXT NOT NULL,
+    at TEXT NOT NULL
+  ) STRICT;
+  CREATE INDEX health_events_account_at ON health_events(account_id, at);
+  `,
 ];

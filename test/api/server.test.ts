@@ -177,12 +177,10 @@ describe('routing', () => {
     expect(json.errors[0]!.code).toBe(7000);
   });
 
-  it('answers routes that are not built yet (pools, monitors) with 501/7002 naming the feature, after authentication', async () => {
+  it('answers routes that are not built yet (load balancing previews and searches) with 501/7002 naming the feature, after authentication', async () => {
     const sdk = api.client();
     const cases: [string, () => Promise<unknown>][] = [
-      ['load balancer pools', () => sdk.loadBalancers.pools.list({ account_id: api.accountId })],
-      ['load balancer pools', () => sdk.loadBalancers.pools.create({ account_id: api.accountId, name: 'p', origins: [{ address: '192.0.2.1' }] })],
-      ['load balancer monitors', () => sdk.loadBalancers.monitors.list({ account_id: api.accountId })],
+      ['load balancing', () => sdk.loadBalancers.previews.get(newId(), { account_id: api.accountId })],
     ];
     for (const [feature, run] of cases) {
       const err = (await run().then(
@@ -193,10 +191,10 @@ describe('routing', () => {
       expect(err?.errors?.[0]?.code, feature).toBe(7002);
       expect(err?.errors?.[0]?.message, feature).toMatch(new RegExp(`^${feature} are not implemented`));
     }
-    const raw = await call('DELETE', `/accounts/${api.accountId}/load_balancers/monitors/${newId()}`);
+    const raw = await call('DELETE', `/accounts/${api.accountId}/load_balancers/searches/${newId()}`);
     expect(raw.status).toBe(501);
     expectEnvelope(raw, false);
-    expect(raw.json.errors[0].message).toMatch(/^load balancer monitors are not implemented in Moat yet \(DELETE /);
+    expect(raw.json.errors[0].message).toMatch(/^load balancing are not implemented in Moat yet \(DELETE /);
     // Authentication and the account check come first.
     const anonymous = await call('GET', `/accounts/${api.accountId}/load_balancers/pools`, undefined, { 'X-Auth-Email': undefined, 'X-Auth-Key': undefined });
     expect([anonymous.status, anonymous.json.errors[0].code]).toEqual([400, 6003]);

@@ -9,7 +9,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import Cloudflare from 'cloudflare';
 import type { FastifyInstance } from 'fastify';
-import { buildServer, createServices, type ApiLimits, type AuthLimitOptions, type HubOptions, type NotifyOptions, type RulesetView, type Services } from '../../src/api/index.js';
+import { buildServer, createServices, type ApiLimits, type AuthLimitOptions, type HubOptions, type NotifyOptions, type RulesetView, type Services, type ServicesOptions } from '../../src/api/index.js';
 import { Database, newId, type StoredRule, type Users } from '../../src/store/index.js';
 
 /** The SDK's phase type lists Cloudflare's names only; Moat's phase is network_transit. */
@@ -92,13 +92,17 @@ export interface StartApiOptions {
   channel?: HubOptions;
   /** Notification settings (a pool directory, --allow-private-webhooks, SMTP, a clock). */
   notify?: NotifyOptions;
+  /** Load balancing settings (a 1 s minimum monitor interval for tests). */
+  loadBalancing?: ServicesOptions['loadBalancing'];
+  /** The health monitor's settings. */
+  health?: ServicesOptions['health'];
 }
 
 /** Starts a server on 127.0.0.1:0 over `dataDir` (a new temporary one by default). */
 export async function startApi(options: StartApiOptions = {}): Promise<TestApi> {
   const dataDir = options.dataDir ?? mkdtempSync(join(tmpdir(), 'moat-api-'));
   const store = Database.open(dataDir);
-  const services = createServices({ store, limits: options.limits, authLimit: options.authLimit, channel: options.channel, notify: options.notify });
+  const services = createServices({ store, limits: options.limits, authLimit: options.authLimit, channel: options.channel, notify: options.notify, loadBalancing: options.loadBalancing, health: options.health });
   const { users } = services;
   const email = options.email ?? 'owner@example.com';
   const accountId = options.accountId ?? newId();

@@ -8,7 +8,7 @@ import { join } from 'node:path';
 import { Option, type Command } from 'commander';
 import type { FastifyInstance } from 'fastify';
 import { pino, type Logger } from 'pino';
-import { buildServer, createServices, BASE_PATH, DEFAULT_AUTH_LIMIT, DEFAULT_MAIL_FROM } from '../../api/index.js';
+import { buildServer, createServices, BASE_PATH, DEFAULT_AUTH_LIMIT, DEFAULT_MAIL_FROM, DEFAULT_MIN_INTERVAL } from '../../api/index.js';
 import { CHANNEL_PATH, HEARTBEAT_SECONDS } from '../../channel/index.js';
 import { hostPortProblem } from '../../config/index.js';
 import { MoatError } from '../../errors/index.js';
@@ -30,6 +30,7 @@ interface ServeFlags {
   firstUserEmail?: string;
   authFailLimit: string;
   authFailWindow: string;
+  monitorMinInterval: string;
   channelHeartbeat: string;
   tlsCert?: string;
   tlsKey?: string;
@@ -111,6 +112,7 @@ export function registerServe(program: Command, out: Output): void {
     .option('--mail-from <address>', `From: of notification emails (default ${JSON.stringify(DEFAULT_MAIL_FROM)})`)
     .option('--allow-private-webhooks', 'let webhook destinations be loopback, link-local, private or metadata addresses (refused by default: a webhook URL must not reach the host or its network)')
     .option('--deprecation-interval <hours>', 'hours between two deprecation notices to an address still in a pool\'s notification_email (0: none)', '24')
+    .option('--monitor-min-interval <seconds>', 'shortest interval a load balancer monitor may have, in seconds (1 to 3600)', String(DEFAULT_MIN_INTERVAL))
     .option('--auth-fail-window <seconds>', "the failure limit's window, from an address's first failure", String(DEFAULT_AUTH_LIMIT.windowSeconds))
     .action(async (flags: ServeFlags) => {
       const { host, port } = parseListen(flags.listen);
@@ -128,6 +130,7 @@ export function registerServe(program: Command, out: Output): void {
         allowPrivateWebhooks: flags.allowPrivateWebhooks === true,
         deprecationIntervalMs: wholeNumber('--deprecation-interval', flags.deprecationInterval, 0, 8760) * 3_600_000,
       };
+      const minInterval = wholeNumber('--monitor-min-interval', flags.monitorMinInterval, 1, 3600);
       if (!['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'].includes(flags.logLevel)) throw new CliError(`--log-level ${flags.logLevel}: unknown level`);
       // Every startup failure is one line with a code and exit 1 (see startupError).
       let store: Database | undefined;
@@ -141,7 +144,7 @@ export function registerServe(program: Command, out: Output): void {
         store = Database.open(flags.dataDir);
         const log = pino({ level: flags.logLevel, base: { service: 'moat-api' } });
         const https = readTls(flags);
-        const services = createServices({ store, logger: log, authLimit, channel: { heartbeatSeconds: heartbeat }, notify });
+        const services = createServices({ store, logger: log, authLimit, channel: { heartbeatSeconds: heartbeat }, notify, loadBalancing: { minIntervalSeconds: minInterval } });
         try {
           app = await buildServer({ services, logger: log, https });
         } catch (err) {
