@@ -12,6 +12,7 @@ import { registerTokens } from './commands/tokens.js';
 import { registerDaemons } from './commands/daemons.js';
 import { registerManaged } from './commands/managed.js';
 import { registerExport } from './commands/export.js';
+import { registerMigrateNotifications } from './commands/migrate-notifications.js';
 import { CliError, formatError, reportError, type Output } from './output.js';
 import { moatVersion } from './version.js';
 
@@ -39,6 +40,7 @@ export async function runCli(argv: readonly string[], out: Output): Promise<numb
   registerDaemons(program, out);
   registerManaged(program, out);
   registerExport(program, out);
+  registerMigrateNotifications(program, out);
   try {
     await program.parseAsync([...argv], { from: 'user' });
     return out.exitCode;

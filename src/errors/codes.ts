@@ -180,6 +180,9 @@ export const ERRORS = Object.freeze({
   NOTIFY_EMAIL_FAILED: def(9401, 502, 'an email delivery attempt failed (SMTP error or spool write); it is retried'),
   NOTIFY_GAVE_UP: def(9402, 502, 'a notification was given up: every attempt of the retry schedule failed, or the receiver answered 410 Gone'),
   NOTIFY_ADDRESS_REFUSED: def(9403, 502, 'a webhook host resolved to a refused (loopback, link-local, private or metadata) address at delivery'),
+  // 95xx: `moat migrate-notifications` (a client of the v4 API)
+  MIGRATE_INCOMPLETE: def(9500, 409, 'pools still carry a notification_email after the migration'),
+  MIGRATE_API_ERROR: def(9501, 502, 'the API refused or failed a request of the migration'),
 });
 
 /** Symbolic error name. */
