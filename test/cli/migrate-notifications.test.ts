@@ -9,6 +9,7 @@ import { createServer, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { DeprecationNotices } from '../../src/notify/index.js';
+import { Tokens } from '../../src/store/index.js';
 import { startApi, type TestApi } from '../support/api.js';
 import { BIN, ROOT, ensureBuilt, moat } from '../support/cli.js';
 
@@ -236,6 +237,42 @@ describe('moat migrate-notifications', () => {
     expect(api.services.loadBalancing.store.legacyPools().filter((l) => l.accountId === api!.accountId)).toEqual([]);
     expect(notices.run(start + 3 * 86_400_000)).toBe(0);
   }, 60_000);
+
+  it('authenticates with an API token given by --token', async () => {
+    api = await startApi();
+    const { expected } = seed(api, 7);
+    const { token } = new Tokens(api.store, api.users).create({ email: api.email, name: 'migration', accounts: [api.accountId], readOnly: false });
+    const r = await moat('migrate-notifications', '--account', api.accountId, '--base-url', api.base, '--token', token);
+    expect(r.stderr).toBe('');
+    expect(r.code).toBe(0);
+    expect(r.stdout).toContain('cleared notification_email on 6 pool(s)');
+    expect(await migrated(api)).toEqual(asSorted(expected));
+  });
+
+  it('clears, in a second pass, a pool that a deletion during the run moved onto a page already cleared', async () => {
+    api = await startApi();
+    const ids: string[] = [];
+    for (let i = 0; i < 40; i++) {
+      const pool = api.services.loadBalancing.createPool(api.accountId, { name: `p${String(i).padStart(2, '0')}`, origins: [{ name: 'a', address: '192.0.2.1' }], notification_email: i === 0 ? '' : 'ops@example.com' }) as { id: string };
+      ids.push(pool.id);
+    }
+    let deleted = false;
+    const p = await proxy(api.base, (method) => {
+      // After page 1 is cleared, p00 goes: p25 (with its address) moves from page 2 onto page 1.
+      if (!deleted && method === 'PATCH') {
+        deleted = true;
+        api!.services.loadBalancing.deletePool(api!.accountId, ids[0]!);
+      }
+    });
+    server = p.server;
+    const r = await moat(...args(api, p.base), '--json');
+    expect(r.code).toBe(0);
+    expect(deleted).toBe(true);
+    expect(JSON.parse(r.stdout)).toMatchObject({ pools: 40, pools_with_email: 39, cleared: 39, remaining: [] });
+    const emails = await poolEmails(api);
+    expect(emails).toEqual(new Array<string>(39).fill(''));
+    expect(await migrated(api)).toEqual(new Map([['ops@example.com', ids.slice(1).sort()]]));
+  });
 
   it('fails with 9500 when a service leaves notification_email on pools after the bulk update', async () => {
     api = await startApi();

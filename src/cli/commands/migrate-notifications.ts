@@ -219,20 +219,29 @@ export async function migrateNotifications(
   // renamed meanwhile moves the pages: each page is listed again right before
   // its update, and any address set not covered yet gets its policy first.
   let cleared = 0;
-  for (let page = 1; ; page++) {
-    const r = await listPools(api, poolsPath, page);
-    const withEmail = r.pools.filter((p) => addressSet(p.notification_email).length > 0);
-    if (withEmail.length > 0) {
-      for (const pool of withEmail) await apply(planFor(pool));
-      const changed = await api.call<Pool[]>('PATCH', `${poolsPath}?page=${page}&per_page=${PAGE}`, { notification_email: '' });
-      cleared += withEmail.length;
-      log(`cleared notification_email on page ${page} (${withEmail.length} pool(s) had one; ${Array.isArray(changed.result) ? changed.result.length : 0} updated)`);
+  let remaining: string[] = [];
+  // A pool deleted meanwhile moves later pools onto a page already done: up to
+  // three passes, each verified by listing every pool again (step 4).
+  for (let pass = 1; pass <= 3; pass++) {
+    for (let page = 1; ; page++) {
+      const r = await listPools(api, poolsPath, page);
+      const withEmail = r.pools.filter((p) => addressSet(p.notification_email).length > 0);
+      if (withEmail.length > 0) {
+        for (const pool of withEmail) await apply(planFor(pool));
+        const changed = await api.call<Pool[]>('PATCH', `${poolsPath}?page=${page}&per_page=${PAGE}`, { notification_email: '' });
+        cleared += withEmail.length;
+        log(`cleared notification_email on page ${page} (${withEmail.length} pool(s) had one)`);
+        // The bulk update answers the pools it changed: one not on the page just listed moved in between the two calls.
+        const listed = new Set(r.pools.map((p) => p.id));
+        const moved = (Array.isArray(changed.result) ? changed.result : []).filter((p) => !listed.has(p.id));
+        if (moved.length > 0) log(`warning: pool(s) ${moved.map((p) => p.name).join(', ')} moved onto page ${page} during the run and were cleared too; check that their addresses have a policy`);
+      }
+      if (r.pools.length === 0 || page >= r.totalPages) break;
     }
-    if (r.pools.length === 0 || page >= r.totalPages) break;
+    // 4. Verify: no pool of the account may still have an address.
+    remaining = (await allPools(api, poolsPath)).filter((p) => addressSet(p.notification_email).length > 0).map((p) => p.id);
+    if (remaining.length === 0) break;
   }
-
-  // 4. Verify: no pool of the account may still have an address.
-  const remaining = (await allPools(api, poolsPath)).filter((p) => addressSet(p.notification_email).length > 0).map((p) => p.id);
   return report(cleared, remaining);
 }
 
@@ -268,12 +277,11 @@ export function registerMigrateNotifications(program: Command, out: Output): voi
       const r = await migrateNotifications(api, flags.account, flags.dryRun === true, (line) => (json ? out.stderr(line) : out.stdout(line)));
       if (json) out.stdout(JSON.stringify(r));
       else {
-        const verb = r.dry_run ? 'would' : 'did';
         out.stdout(`${r.pools} pool(s), ${r.pools_with_email} with a notification_email; ${r.policies.length} address set(s):`);
         for (const p of r.policies) {
           out.stdout(`  ${p.addresses.join(', ')}: ${p.pool_ids.length} pool(s) -> ${r.dry_run ? p.action : 'policy'} ${p.policy_id ?? '(new)'} "${p.name}"`);
         }
-        out.stdout(r.dry_run ? `dry run: would clear notification_email on ${r.cleared} pool(s); nothing changed` : `${verb} clear notification_email on ${r.cleared} pool(s)`);
+        out.stdout(r.dry_run ? `dry run: would clear notification_email on ${r.cleared} pool(s); nothing changed` : `cleared notification_email on ${r.cleared} pool(s)`);
       }
       if (r.remaining.length > 0) {
         throw new MoatError('MIGRATE_INCOMPLETE', `${r.remaining.length} pool(s) still have a notification_email (added or changed during the run?): ${r.remaining.slice(0, 10).join(', ')}; run the command again`);
