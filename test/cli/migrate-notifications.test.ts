@@ -170,6 +170,16 @@ describe('moat migrate-notifications', () => {
     expect(r.code).toBe(0);
     expect(r.stdout).toContain('ops@example.com, team@example.com: 10 pool(s) -> create (new)');
     expect(r.stdout).toContain('dry run: would clear notification_email on 21 pool(s); nothing changed');
+    const plan = JSON.parse((await moat(...args(api), '--dry-run', '--json')).stdout);
+    expect(plan).toMatchObject({ dry_run: true, pools: 26, pools_with_email: 21, cleared: 21, remaining: [] });
+    const sets = (plan.policies as { addresses: string[]; pool_ids: string[]; action: string; policy_id: null }[]).map((p) => [p.addresses.join(', '), p.pool_ids.length, p.action, p.policy_id]);
+    expect(sets.sort((a, b) => (String(a[0]) < String(b[0]) ? -1 : 1))).toEqual([
+      ['ops@example.com', 6, 'create', null],
+      ['ops@example.com, team@example.com', 10, 'create', null],
+      ['owner0@example.com', 2, 'create', null],
+      ['owner1@example.com', 1, 'create', null],
+      ['owner2@example.com', 2, 'create', null],
+    ]);
     expect(await policies(api)).toEqual([]);
     expect(await poolEmails(api)).toEqual(before);
   });
