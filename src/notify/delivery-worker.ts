@@ -103,6 +103,16 @@ export class DeliveryWorker {
     this.o.mailer.close();
   }
 
+  /**
+   * Pools were written: check the legacy addresses at the next pass instead of
+   * up to deprecationCheckMs later, so an address set on a pool is told of the
+   * deprecation within seconds, like its first health email.
+   */
+  legacyChanged(): void {
+    this.nextDeprecationCheck = 0;
+    this.wake();
+  }
+
   /** New rows were queued: look now instead of at the next poll. */
   wake(): void {
     const w = this.wakeUp;
