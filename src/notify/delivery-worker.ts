@@ -72,6 +72,7 @@ export class DeliveryWorker {
   private timer: NodeJS.Timeout | undefined;
   private wakeUp: (() => void) | undefined;
   private nextDeprecationCheck = 0;
+  private orphansReleased = false;
   private nextPrune = 0;
 
   constructor(private readonly o: DeliveryOptions) {
@@ -143,6 +144,12 @@ export class DeliveryWorker {
 
   /** One pass: claims what is due now, sends it, records the outcomes; returns how many were attempted. */
   async runOnce(): Promise<number> {
+    if (!this.orphansReleased) {
+      // Once per worker: rows held by a dead process of this host (the server before a SIGKILL) are due now, not after their lease.
+      this.orphansReleased = true;
+      const freed = this.outbox.releaseDeadOwners(hostname(), pidAlive);
+      if (freed > 0) this.o.logger?.info({ freed }, 'notification delivery: took back the notifications of a worker that is gone');
+    }
     const { deprecation } = this.o;
     if (deprecation !== undefined && this.clock.now() >= this.nextDeprecationCheck) {
       this.nextDeprecationCheck = this.clock.now() + (this.o.deprecationCheckMs ?? 60_000);
@@ -200,5 +207,15 @@ export class DeliveryWorker {
     const info = { notification: row.id, mechanism: row.mechanism_type, target: row.target, attempt: row.attempts + 1, status: outcome.statusCode, error: outcome.error };
     if (result === 'gave_up') this.o.logger?.error({ ...info, code: 9402 }, 'notification given up');
     else if (result === 'retry') this.o.logger?.warn({ ...info, code: outcome.code, retryInMs: delay }, 'notification delivery failed; will retry');
+  }
+}
+
+/** Whether a process of this host runs with `pid` (EPERM: it does, as another user). */
+function pidAlive(pid: number): boolean {
+  try {
+    process.kill(pid, 0);
+    return true;
+  } catch (err) {
+    return (err as NodeJS.ErrnoException).code === 'EPERM';
   }
 }
