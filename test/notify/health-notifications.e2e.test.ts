@@ -248,6 +248,12 @@ describe('pool health notifications end to end (moat serve, SMTP, webhooks, SIGK
     expect(refused.map((h) => h.body.alert_event)).toEqual(['ALERT_STATE_EVENT_START', 'ALERT_STATE_EVENT_START']);
     const eventsBeforeKill = healthEventCount();
     expect(eventsBeforeKill).toBe(6);
+    // Killed once the refusals are recorded (an attempt whose answer the server never recorded is only in the history as its resend).
+    await until('the refusals in the history', async () => {
+      let failed = 0;
+      for await (const h of sdk.alerting.history.list({ account_id, per_page: 50 })) if ((h as { outcome?: string }).outcome === 'failed') failed++;
+      return failed >= 2 ? true : undefined;
+    });
 
     // SIGKILL with the retries pending; restart; the receiver accepts again.
     s.child.kill('SIGKILL');
