@@ -5,7 +5,8 @@
 // Standard Webhooks signature, and Cloudflare's SDK for every call it covers.
 // Then delivery across a SIGKILL: the receiver refuses while an edge happens,
 // the server is killed and restarted, the receiver comes back, and the
-// notification arrives under the id of its failed attempts, once.
+// notification arrives under the id of its failed attempts, once; and a
+// SIGKILL while the receiver holds deliveries open, resent at once on restart.
 import { type ChildProcess } from 'node:child_process';
 import { mkdtempSync, rmSync } from 'node:fs';
 import { createServer, type Server } from 'node:http';
@@ -311,5 +312,29 @@ describe('pool health notifications end to end (moat serve, SMTP, webhooks, SIGK
     // The destination remembers its last success after its last failure.
     const dest = (await sdk.alerting.destinations.webhooks.get(hook.id!, { account_id })) as { last_success?: string; last_failure?: string };
     expect(Date.parse(dest.last_success!)).toBeGreaterThan(Date.parse(dest.last_failure!));
+
+    // Origin b recovers while the receiver holds the POSTs open; the server is SIGKILLed mid-delivery and restarted.
+    receiver.answer = 'hang';
+    const held = receiver.received.length;
+    originB.status = 200;
+    await until('two END webhooks held open', () => (receiver.received.length >= held + 2 ? true : undefined));
+    const heldIds = new Set(receiver.received.slice(held).map((r) => String(r.headers['webhook-id'])));
+    expect(heldIds.size).toBe(2);
+    s.child.kill('SIGKILL');
+    await s.exited;
+    receiver.answer = { status: 200 };
+    const restarted = Date.now();
+    s = await serve();
+    // The new process sees that the lease holder is dead: resent at once (not after the 60 s lease), with the same ids.
+    await until('the held notifications, resent after the restart', () => (new Set(receiver.received.slice(held + 2).map((r) => String(r.headers['webhook-id']))).size === 2 ? true : undefined), 10_000).catch(diagnose(s));
+    console.log(`e2e: notifications held at the SIGKILL resent ${Date.now() - restarted} ms after the restart began`);
+    const resent = receiver.received.slice(held + 2).map((r) => ({ id: String(r.headers['webhook-id']), body: JSON.parse(r.body) as HookBody }));
+    expect(new Set(resent.map((r) => r.id))).toEqual(heldIds);
+    // END closes the incident opened before the previous restart: the correlation id survived two SIGKILLs.
+    for (const r of resent) {
+      expect(r.body.alert_event).toBe('ALERT_STATE_EVENT_END');
+      expect(r.body.alert_correlation_id).toBe(refused.find((h) => h.body.data.event_source === r.body.data.event_source)!.body.alert_correlation_id);
+    }
+    expect(healthEventCount()).toBe(eventsBeforeKill + 2);
   }, 90_000);
 });
