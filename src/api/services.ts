@@ -128,6 +128,8 @@ export function createServices(options: ServicesOptions): Services {
   const notifier = new Notifier(alertingStore, n.clock ?? { now: () => Date.now() }, () => setImmediate(() => delivery.wake()));
   // Health edges queue their notifications in the transaction that records them (issue #18 item 9).
   lbStore.onHealthEvent((event) => notifier.onHealthEvent(event));
+  // A legacy address set on a pool is told of the deprecation at once, not at the next periodic check (a minute later).
+  lbStore.onPoolsWritten(() => setImmediate(() => delivery.legacyChanged()));
   return {
     store,
     limits,

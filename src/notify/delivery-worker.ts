@@ -72,6 +72,7 @@ export class DeliveryWorker {
   private timer: NodeJS.Timeout | undefined;
   private wakeUp: (() => void) | undefined;
   private nextDeprecationCheck = 0;
+  private orphansReleased = false;
   private nextPrune = 0;
 
   constructor(private readonly o: DeliveryOptions) {
@@ -101,6 +102,16 @@ export class DeliveryWorker {
     await Promise.race([this.loop, new Promise<void>((resolve) => (timer = setTimeout(resolve, STOP_GRACE_MS)))]);
     clearTimeout(timer);
     this.o.mailer.close();
+  }
+
+  /**
+   * Pools were written: check the legacy addresses at the next pass instead of
+   * up to deprecationCheckMs later, so an address set on a pool is told of the
+   * deprecation within seconds, like its first health email.
+   */
+  legacyChanged(): void {
+    this.nextDeprecationCheck = 0;
+    this.wake();
   }
 
   /** New rows were queued: look now instead of at the next poll. */
@@ -133,6 +144,12 @@ export class DeliveryWorker {
 
   /** One pass: claims what is due now, sends it, records the outcomes; returns how many were attempted. */
   async runOnce(): Promise<number> {
+    if (!this.orphansReleased) {
+      // Once per worker: rows held by a dead process of this host (the server before a SIGKILL) are due now, not after their lease.
+      this.orphansReleased = true;
+      const freed = this.outbox.releaseDeadOwners(hostname(), pidAlive);
+      if (freed > 0) this.o.logger?.info({ freed }, 'notification delivery: took back the notifications of a worker that is gone');
+    }
     const { deprecation } = this.o;
     if (deprecation !== undefined && this.clock.now() >= this.nextDeprecationCheck) {
       this.nextDeprecationCheck = this.clock.now() + (this.o.deprecationCheckMs ?? 60_000);
@@ -190,5 +207,15 @@ export class DeliveryWorker {
     const info = { notification: row.id, mechanism: row.mechanism_type, target: row.target, attempt: row.attempts + 1, status: outcome.statusCode, error: outcome.error };
     if (result === 'gave_up') this.o.logger?.error({ ...info, code: 9402 }, 'notification given up');
     else if (result === 'retry') this.o.logger?.warn({ ...info, code: outcome.code, retryInMs: delay }, 'notification delivery failed; will retry');
+  }
+}
+
+/** Whether a process of this host runs with `pid` (EPERM: it does, as another user). */
+function pidAlive(pid: number): boolean {
+  try {
+    process.kill(pid, 0);
+    return true;
+  } catch (err) {
+    return (err as NodeJS.ErrnoException).code === 'EPERM';
   }
 }

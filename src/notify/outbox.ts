@@ -83,6 +83,24 @@ export class Outbox {
     return rows.sort((a, b) => a.next_attempt_ms - b.next_attempt_ms || a.created.localeCompare(b.created) || a.id.localeCompare(b.id));
   }
 
+  /**
+   * Frees the leases of owners on `host` (owner ids are host:pid:random) whose
+   * process is gone: a server restarted after a SIGKILL or a crash takes its
+   * predecessor's rows back at once instead of after their lease. An owner on
+   * another host, or whose pid is alive (perhaps reused), keeps its lease
+   * until it expires. Returns how many rows were freed.
+   */
+  releaseDeadOwners(host: string, alive: (pid: number) => boolean): number {
+    const owners = this.store.db.prepare("SELECT DISTINCT lease_owner AS owner FROM alert_outbox WHERE status = 'pending' AND lease_owner IS NOT NULL").all() as { owner: string }[];
+    let freed = 0;
+    for (const { owner } of owners) {
+      const m = /^(.*):(\d+):[^:]*$/.exec(owner);
+      if (m === null || m[1] !== host || alive(Number(m[2]))) continue;
+      freed += this.store.write(() => this.store.db.prepare("UPDATE alert_outbox SET lease_owner = NULL, lease_until_ms = NULL WHERE status = 'pending' AND lease_owner = ?").run(owner).changes);
+    }
+    return freed;
+  }
+
   /** When the next pending row is due (ms), or undefined when none is pending. */
   nextDue(): number | undefined {
     const r = this.store.db.prepare("SELECT min(max(next_attempt_ms, ifnull(lease_until_ms, 0))) AS due FROM alert_outbox WHERE status = 'pending'").get() as { due: number | null };

@@ -86,6 +86,7 @@ const originOf = (r: OriginDb): OriginHealthRow => ({
 /** Monitors, pools and their health, over one database. */
 export class LoadBalancingStore {
   private readonly listeners: HealthEventListener[] = [];
+  private readonly poolListeners: (() => void)[] = [];
 
   constructor(private readonly store: Database) {}
 
@@ -111,6 +112,16 @@ export class LoadBalancingStore {
   /** Registers a listener called, inside the recording transaction, with every health event. */
   onHealthEvent(listener: HealthEventListener): void {
     this.listeners.push(listener);
+  }
+
+  /** Registers a listener called after every pool write (the deprecation notices re-read the legacy addresses). */
+  onPoolsWritten(listener: () => void): void {
+    this.poolListeners.push(listener);
+  }
+
+  private poolsWritten<T>(result: T): T {
+    for (const l of this.poolListeners) l();
+    return result;
   }
 
   // ---- monitors
@@ -172,7 +183,7 @@ export class LoadBalancingStore {
   }
 
   createPool(accountId: string, name: string, monitorId: string | null, body: Record<string, unknown>): PoolRow {
-    return this.store.write(() => {
+    return this.poolsWritten(this.store.write(() => {
       this.checkMonitorRef(accountId, monitorId);
       const id = newId();
       const now = nowStamp();
@@ -181,7 +192,7 @@ export class LoadBalancingStore {
         .prepare('INSERT INTO lb_pools (id, account_id, name, monitor_id, body, created_on, modified_on) VALUES (?, ?, ?, ?, ?, ?, ?)')
         .run(id, accountId, name, monitorId, JSON.stringify(body), now, now);
       return this.poolOrThrow(accountId, id);
-    });
+    }));
   }
 
   pool(accountId: string, id: string): PoolRow | undefined {
@@ -207,7 +218,7 @@ export class LoadBalancingStore {
 
   /** Replaces a pool's body (PUT or PATCH, decided by `update`). */
   updatePool(accountId: string, id: string, update: (current: PoolRow) => { name: string; monitorId: string | null; body: Record<string, unknown> }): PoolRow {
-    return this.store.write(() => {
+    return this.poolsWritten(this.store.write(() => {
       const current = this.poolOrThrow(accountId, id);
       const next = update(current);
       this.checkMonitorRef(accountId, next.monitorId);
@@ -215,25 +226,27 @@ export class LoadBalancingStore {
         .prepare('UPDATE lb_pools SET name = ?, monitor_id = ?, body = ?, modified_on = ? WHERE id = ?')
         .run(next.name, next.monitorId, JSON.stringify(next.body), nowStamp(), id);
       return this.poolOrThrow(accountId, id);
-    });
+    }));
   }
 
   deletePool(accountId: string, id: string): void {
-    this.store.write(() => {
-      this.poolOrThrow(accountId, id);
-      this.db.prepare('DELETE FROM lb_pools WHERE id = ?').run(id);
-    });
+    this.poolsWritten(
+      this.store.write(() => {
+        this.poolOrThrow(accountId, id);
+        this.db.prepare('DELETE FROM lb_pools WHERE id = ?').run(id);
+      }),
+    );
   }
 
   /** Sets notification_email on one page of pools (by name), in one transaction; returns the pools changed. */
   bulkSetNotificationEmail(accountId: string, offset: number, limit: number, email: string): PoolRow[] {
-    return this.store.write(() => {
+    return this.poolsWritten(this.store.write(() => {
       const page = (this.db.prepare('SELECT * FROM lb_pools WHERE account_id = ? ORDER BY name, id LIMIT ? OFFSET ?').all(accountId, limit, offset) as PoolDb[]).map(poolOf);
       const now = nowStamp();
       const st = this.db.prepare('UPDATE lb_pools SET body = ?, modified_on = ? WHERE id = ?');
       for (const p of page) st.run(JSON.stringify({ ...p.body, notification_email: email }), now, p.id);
       return page.map((p) => this.poolOrThrow(accountId, p.id));
-    });
+    }));
   }
 
   // ---- health

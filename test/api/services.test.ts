@@ -2,7 +2,7 @@
 // runners started only when the server listens (a server that cannot bind its
 // port starts none, so queued work stays queued) and stopped when it closes.
 import { createServer, type Server } from 'node:net';
-import { mkdtempSync, rmSync } from 'node:fs';
+import { existsSync, mkdtempSync, readdirSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterEach, describe, expect, it } from 'vitest';
@@ -16,7 +16,10 @@ afterEach(async () => {
 });
 
 function services(): Services {
-  const dir = mkdtempSync(join(tmpdir(), 'moat-services-'));
+  return servicesIn(mkdtempSync(join(tmpdir(), 'moat-services-')));
+}
+
+function servicesIn(dir: string): Services {
   const store = Database.open(dir);
   cleanups.push(() => {
     store.close();
@@ -65,5 +68,24 @@ describe('the services and their runners', () => {
     await turns(50);
     expect(s.runners.started).toBe(false);
     expect(status()).toBe('pending');
+  });
+
+  it('tells a legacy notification_email of its deprecation as soon as a pool gets one, not at the next periodic check', async () => {
+    const dir = mkdtempSync(join(tmpdir(), 'moat-services-'));
+    const s = servicesIn(dir);
+    const app = await buildServer({ services: s });
+    cleanups.push(() => app.close());
+    await app.listen({ host: '127.0.0.1', port: 0 });
+    // The worker's first pass found no legacy address; the next periodic check is a minute away.
+    await turns(100);
+    const spool = join(dir, 'mail-spool');
+    const spooled = () => (existsSync(spool) ? readdirSync(spool).map((f) => readFileSync(join(spool, f), 'utf8')) : []);
+    expect(spooled()).toEqual([]);
+    s.loadBalancing.store.createPool(newId(), 'web', null, { name: 'web', origins: [], notification_email: 'legacy@example.com' });
+    for (let i = 0; i < 100 && spooled().length === 0; i++) await turns(20);
+    const mails = spooled();
+    expect(mails).toHaveLength(1);
+    expect(mails[0]).toContain('To: legacy@example.com');
+    expect(mails[0]).toContain('Subject: [Moat] Action needed: notification_email is deprecated (1 pool)');
   });
 });

@@ -6,6 +6,7 @@
 // and a receiver that never recovers play out in milliseconds.
 import { spawn } from 'node:child_process';
 import { existsSync, readdirSync, readFileSync, statSync } from 'node:fs';
+import { hostname } from 'node:os';
 import { join } from 'node:path';
 import { simpleParser, type ParsedMail } from 'mailparser';
 import { SMTPServer } from 'smtp-server';
@@ -274,6 +275,32 @@ describe('a worker killed with SIGKILL during a delivery', () => {
     expect(receiver.received.map((r) => r.headers['webhook-id'])).toEqual([id, id]);
     expect(f.outbox()[0]!.status).toBe('delivered');
     expect(history().map((h) => h.outcome)).toEqual(['delivered']);
+  });
+
+  it('is replaced at once by a worker of the same host once its process is gone (a restart), while its lease still runs', async () => {
+    webhookPolicy();
+    receiver.answer = 'hang';
+    f.emit(healthEvent(f.accountId, { id: newId() }));
+    const id = f.outbox()[0]!.id;
+    const child = spawn(process.execPath, [join(ROOT, 'dist/test/notify/delivery-child.js'), f.dir, String(H)], { stdio: ['ignore', 'pipe', 'inherit'] });
+    const exited = new Promise<NodeJS.Signals | null>((resolve) => child.once('exit', (_code, signal) => resolve(signal)));
+    try {
+      await receiver.next();
+    } finally {
+      child.kill('SIGKILL');
+    }
+    expect(await exited).toBe('SIGKILL');
+    const lease = f.store.db.prepare('SELECT lease_owner, lease_until_ms FROM alert_outbox').get() as { lease_owner: string; lease_until_ms: number };
+    expect(lease.lease_owner).toBe(`${hostname()}:${child.pid}:${lease.lease_owner.split(':').at(-1)}`);
+    // An hour of lease left: a worker of another host waits for it; one of this host sees the owner is dead and sends now.
+    f.clock.t = Date.now();
+    f.store.db.prepare("UPDATE alert_outbox SET lease_owner = 'elsewhere:' || substr(lease_owner, instr(lease_owner, ':') + 1)").run();
+    expect(await worker().runOnce()).toBe(0);
+    f.store.db.prepare('UPDATE alert_outbox SET lease_owner = ?').run(lease.lease_owner);
+    receiver.answer = { status: 200 };
+    expect(await worker().runOnce()).toBe(1);
+    expect(receiver.received.map((r) => r.headers['webhook-id'])).toEqual([id, id]);
+    expect(f.outbox()[0]!.status).toBe('delivered');
   });
 });
 
