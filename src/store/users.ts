@@ -8,7 +8,7 @@
 // slow check may run now (see verifyKey). Rows are read on every request, so
 // a revocation from the CLI takes effect at once.
 
-import { createHmac, randomBytes, scryptSync, timingSafeEqual } from 'node:crypto';
+import { createHmac, hash, randomBytes, scryptSync, timingSafeEqual } from 'node:crypto';
 import { MoatError } from '../errors/index.js';
 import type { Database } from './database.js';
 import { isId, newId, nowStamp } from './ids.js';
@@ -235,16 +235,20 @@ export class Users {
    */
   verifyKey(email: string, key: string, mayCheckScrypt: () => boolean): KeyCheck {
     const db = this.store.db;
-    const h = this.keyHash(key);
     // A key verified since the last commit anywhere is taken from the memo:
     // one statement (the change epoch) instead of the key's and the user's
     // reach queries, each taking SQLite's WAL read lock (measured: auth was
     // 18% of the server's CPU on GET of a cached entrypoint). Only matches
     // are kept, so a wrong key costs the same for known and unknown emails.
+    // The memo is keyed by a one-shot SHA-256 of email and key (never the
+    // key itself), which costs less than the HMAC object a miss then makes
+    // (measured: X-Auth-Key GETs 0.40x the bare server with the HMAC on every
+    // request, against 0.51x for API tokens' one-shot hash).
     const epoch = this.store.changeEpoch();
-    const memoKey = `${email}\n${h.toString('base64')}`;
+    const memoKey = hash('sha256', `${email}\n${key}`, 'base64');
     const memo = this.verified.get(memoKey);
     if (memo !== undefined && memo.epoch === epoch) return memo.check;
+    const h = this.keyHash(key);
     const found = this.verifyStored(db, email, key, h, mayCheckScrypt);
     if (found.outcome === 'ok') {
       if (this.verified.size >= VERIFIED_MEMO) this.verified.clear();
