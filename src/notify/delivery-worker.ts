@@ -147,7 +147,7 @@ export class DeliveryWorker {
     if (!this.orphansReleased) {
       // Once per worker: rows held by a dead process of this host (the server before a SIGKILL) are due now, not after their lease.
       this.orphansReleased = true;
-      const freed = this.outbox.releaseDeadOwners(hostname(), pidAlive);
+      const freed = this.outbox.releaseDeadOwners(hostname(), pidAlive, this.clock.now());
       if (freed > 0) this.o.logger?.info({ freed }, 'notification delivery: took back the notifications of a worker that is gone');
     }
     const { deprecation } = this.o;

@@ -71,14 +71,18 @@ export class Outbox {
    */
   claim(owner: string, now: number, leaseMs: number, limit: number): OutboxRow[] {
     const rows = this.store.write(
-      () =>
-        this.store.db
+      () => {
+        // A lease that ran out means an attempt whose outcome nobody recorded (its process stopped): say so in the history first.
+        const expired = this.store.db.prepare("SELECT * FROM alert_outbox WHERE status = 'pending' AND lease_owner IS NOT NULL AND lease_until_ms <= ?").all(now) as OutboxRow[];
+        for (const row of expired) this.interrupted(row, now);
+        return this.store.db
           .prepare(
             `UPDATE alert_outbox SET lease_owner = ?, lease_until_ms = ? WHERE id IN (
                SELECT id FROM alert_outbox WHERE status = 'pending' AND next_attempt_ms <= ? AND (lease_until_ms IS NULL OR lease_until_ms <= ?)
                ORDER BY next_attempt_ms, created, id LIMIT ?) RETURNING *`,
           )
-          .all(owner, now + leaseMs, now, now, limit) as OutboxRow[],
+          .all(owner, now + leaseMs, now, now, limit) as OutboxRow[];
+      },
     );
     return rows.sort((a, b) => a.next_attempt_ms - b.next_attempt_ms || a.created.localeCompare(b.created) || a.id.localeCompare(b.id));
   }
@@ -90,15 +94,31 @@ export class Outbox {
    * another host, or whose pid is alive (perhaps reused), keeps its lease
    * until it expires. Returns how many rows were freed.
    */
-  releaseDeadOwners(host: string, alive: (pid: number) => boolean): number {
+  releaseDeadOwners(host: string, alive: (pid: number) => boolean, now: number = Date.now()): number {
     const owners = this.store.db.prepare("SELECT DISTINCT lease_owner AS owner FROM alert_outbox WHERE status = 'pending' AND lease_owner IS NOT NULL").all() as { owner: string }[];
     let freed = 0;
     for (const { owner } of owners) {
       const m = /^(.*):(\d+):[^:]*$/.exec(owner);
       if (m === null || m[1] !== host || alive(Number(m[2]))) continue;
-      freed += this.store.write(() => this.store.db.prepare("UPDATE alert_outbox SET lease_owner = NULL, lease_until_ms = NULL WHERE status = 'pending' AND lease_owner = ?").run(owner).changes);
+      freed += this.store.write(() => {
+        const rows = this.store.db.prepare("SELECT * FROM alert_outbox WHERE status = 'pending' AND lease_owner = ?").all(owner) as OutboxRow[];
+        for (const row of rows) this.interrupted(row, now);
+        return rows.length;
+      });
     }
     return freed;
+  }
+
+  /**
+   * Records the attempt of a leased row whose process stopped before it
+   * recorded the outcome (SIGKILL, a crash, a power cut): a failed attempt in
+   * the history, with no status code, and the row due again at once, under
+   * its same id (the receiver may have had it: at-least-once). Every attempt
+   * is then in the history, the interrupted ones included.
+   */
+  private interrupted(row: OutboxRow, now: number): void {
+    const owner = row.lease_owner ?? '?';
+    this.record(row, now, { ok: false, code: 9400, error: `attempt interrupted: the process delivering it (${owner}) stopped before its outcome was recorded; sent again with the same id` }, now);
   }
 
   /** When the next pending row is due (ms), or undefined when none is pending. */

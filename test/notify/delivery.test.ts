@@ -274,7 +274,13 @@ describe('a worker killed with SIGKILL during a delivery', () => {
     expect(await worker().runOnce()).toBe(1);
     expect(receiver.received.map((r) => r.headers['webhook-id'])).toEqual([id, id]);
     expect(f.outbox()[0]!.status).toBe('delivered');
-    expect(history().map((h) => h.outcome)).toEqual(['delivered']);
+    // Both attempts are in the history: the one the killed process never recorded, then the delivery.
+    const rows = history().sort((a, b) => a.attempt - b.attempt);
+    expect(rows.map((h) => [h.attempt, h.outcome, h.status_code])).toEqual([
+      [1, 'failed', null],
+      [2, 'delivered', 200],
+    ]);
+    expect(rows[0]!.error).toMatch(new RegExp(`^error 9400: attempt interrupted: the process delivering it \\(.*:${child.pid}:.*\\) stopped before its outcome was recorded`));
   });
 
   it('is replaced at once by a worker of the same host once its process is gone (a restart), while its lease still runs', async () => {
