@@ -32,6 +32,7 @@ import { Daemons, Database } from '../src/store/index.js';
 import { MemorySource } from '../test/support/memory-source.js';
 import { buildFrame, TCP } from '../test/support/packet-builder.js';
 import { LoopPauseMeter } from './loop-pause.js';
+import { lines } from './harness.js';
 
 const RULE_ROUNDS = Number(process.env.MOAT_BENCH_CHANNEL_RULE_ROUNDS ?? 30);
 const LIST_ROUNDS = Number(process.env.MOAT_BENCH_CHANNEL_LIST_ROUNDS ?? 5);
@@ -80,16 +81,6 @@ interface Side {
   /** What the swap's own steps cost the packet loop, per round (ms): the message handed over, the worker's result made again, the longest warm-up slice. */
   readonly steps: Array<{ list: boolean; takeMs: number; importMs: number; pathsMs: number; sliceMs: number }>;
   lastTakeMs: number;
-}
-
-function lines(child: ChildProcess, onLine: (l: string) => void): void {
-  let buf = '';
-  child.stdout!.on('data', (d: Buffer) => {
-    buf += d.toString();
-    const parts = buf.split('\n');
-    buf = parts.pop()!;
-    for (const p of parts) onLine(p);
-  });
 }
 
 async function until(what: string, cond: () => boolean, ms = 60_000): Promise<void> {

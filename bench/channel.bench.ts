@@ -21,6 +21,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { Daemons, Database } from '../src/store/index.js';
 import { runChannelDaemonBench } from './channel-daemon.bench.js';
+import { lines } from './harness.js';
 
 const DAEMONS = Number(process.env.MOAT_BENCH_CHANNEL_DAEMONS ?? 1000);
 const ROUNDS = Number(process.env.MOAT_BENCH_CHANNEL_ROUNDS ?? 20);
@@ -89,16 +90,6 @@ process.stdin.on('data', (d) => {
 function rssKiB(pid: number): number {
   const m = /VmRSS:\s+(\d+) kB/.exec(readFileSync(`/proc/${pid}/status`, 'utf8'));
   return m === null ? NaN : Number(m[1]);
-}
-
-function lines(child: ChildProcess, onLine: (l: string) => void): void {
-  let buf = '';
-  child.stdout!.on('data', (d: Buffer) => {
-    buf += d.toString();
-    const parts = buf.split('\n');
-    buf = parts.pop()!;
-    for (const p of parts) onLine(p);
-  });
 }
 
 function waitLine(child: ChildProcess, re: RegExp, ms = 120_000): Promise<RegExpExecArray> {

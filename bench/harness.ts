@@ -1,6 +1,8 @@
 // A minimal benchmark harness: warm up, then time repeated rounds and report the
 // median per-operation cost. Results are consumed so the JIT cannot drop the work.
 
+import type { ChildProcess } from 'node:child_process';
+
 /** One measured figure. */
 export interface Figure {
   name: string;
@@ -50,4 +52,15 @@ export function report(title: string, figures: Figure[], baseline?: Figure): voi
 
 function fmt(ns: number): string {
   return ns < 100 ? ns.toFixed(1) : ns.toFixed(0);
+}
+
+/** Calls `onLine` with each complete line a child process prints on its standard output. */
+export function lines(child: ChildProcess, onLine: (l: string) => void): void {
+  let buf = '';
+  child.stdout!.on('data', (d: Buffer) => {
+    buf += d.toString();
+    const parts = buf.split('\n');
+    buf = parts.pop()!;
+    for (const p of parts) onLine(p);
+  });
 }

@@ -13,7 +13,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { BIN, ensureBuilt } from '../support/cli.js';
-import { exec, gatewayTopology, nodeIn, projectUrl, requireRoot, spawnIn, type GatewayTopology, type NsProcess } from '../support/netns.js';
+import { exec, gatewayTopology, nodeIn, projectUrl, requireRoot, spawnIn, tcpRoundTrip, type GatewayTopology, type NsProcess } from '../support/netns.js';
 
 const RUN = requireRoot(['ethtool']);
 const dir = mkdtempSync(join(tmpdir(), 'moat-channel-e2e-'));
@@ -70,15 +70,7 @@ describe.runIf(RUN)('moat daemon fed by a control plane, inline between two name
   const state = join(dir, 'state');
 
   // A TCP round trip from host A: "ok" when the echo came back, "blocked" when it timed out.
-  async function tcp(port: number): Promise<string> {
-    const script = `
-      const s = require('node:net').connect({ host: '10.77.1.2', port: ${port} });
-      const t = setTimeout(() => { console.log('blocked'); process.exit(0); }, 1500);
-      s.on('connect', () => s.write('ping'));
-      s.on('data', () => { clearTimeout(t); console.log('ok'); process.exit(0); });
-      s.on('error', (e) => { clearTimeout(t); console.log('error ' + e.code); process.exit(0); });`;
-    return (await exec(topo.a.ns, process.execPath, ['-e', script], { check: false })).stdout.trim();
-  }
+  const tcp = (port: number): Promise<string> => tcpRoundTrip(topo.a.ns, topo.b.ipv4, port);
 
   async function health(): Promise<Record<string, unknown>> {
     const r = await exec(topo.gateway.ns, process.execPath, ['-e', "fetch('http://127.0.0.1:9490/health').then(r => r.text()).then(t => process.stdout.write(t))"]);

@@ -15,7 +15,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { BIN, ensureBuilt, moatBinary } from '../support/cli.js';
-import { exec, gatewayTopology, nodeIn, projectUrl, requireRoot, spawnIn, type GatewayTopology, type NsProcess } from '../support/netns.js';
+import { exec, gatewayTopology, nodeIn, projectUrl, requireRoot, spawnIn, tcpRoundTrip, type GatewayTopology, type NsProcess } from '../support/netns.js';
 
 const RUN = requireRoot(['ethtool']);
 const dir = mkdtempSync(join(tmpdir(), 'moat-cp-e2e-'));
@@ -112,15 +112,7 @@ describe.runIf(RUN)('moat serve and two daemons, end to end', () => {
   const tokenB = { value: '' };
 
   // A TCP round trip from host A: "ok" when the echo came back, "blocked" when it timed out.
-  async function tcp(port: number): Promise<string> {
-    const script = `
-      const s = require('node:net').connect({ host: '10.77.1.2', port: ${port} });
-      const t = setTimeout(() => { console.log('blocked'); process.exit(0); }, 1500);
-      s.on('connect', () => s.write('ping'));
-      s.on('data', () => { clearTimeout(t); console.log('ok'); process.exit(0); });
-      s.on('error', (e) => { clearTimeout(t); console.log('error ' + e.code); process.exit(0); });`;
-    return (await exec(topo.a.ns, process.execPath, ['-e', script], { check: false })).stdout.trim();
-  }
+  const tcp = (port: number): Promise<string> => tcpRoundTrip(topo.a.ns, topo.b.ipv4, port);
 
   /** Runs `body` in the API client; rejects with its error. */
   async function run<T = Json>(body: string): Promise<{ result: T; t: number }> {

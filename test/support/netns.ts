@@ -521,6 +521,21 @@ export class NsProcess {
   }
 }
 
+/**
+ * A TCP round trip from namespace `ns` to host:port (an echo server answers
+ * "ping"): "ok" when the echo came back, "blocked" when nothing did within
+ * 1.5 s, "error CODE" when the connection failed.
+ */
+export async function tcpRoundTrip(ns: string, host: string, port: number): Promise<string> {
+  const script = `
+    const s = require('node:net').connect({ host: ${JSON.stringify(host)}, port: ${port} });
+    const t = setTimeout(() => { console.log('blocked'); process.exit(0); }, 1500);
+    s.on('connect', () => s.write('ping'));
+    s.on('data', () => { clearTimeout(t); console.log('ok'); process.exit(0); });
+    s.on('error', (e) => { clearTimeout(t); console.log('error ' + e.code); process.exit(0); });`;
+  return (await exec(ns, process.execPath, ['-e', script], { check: false })).stdout.trim();
+}
+
 /** Starts `cmd args` in namespace `ns` (stdin, stdout and stderr are pipes). */
 export function spawnIn(ns: string, cmd: string, args: readonly string[] = []): NsProcess {
   installHooks();
