@@ -33,6 +33,7 @@ export {
   type TimestampResolution,
 } from './pcap-reader.js';
 export type { FrameSource, SourceStats } from './source.js';
+export type { BatchPort, BatchPortOpener, BatchPortOptions, BatchPortStats, FrameBatch } from './batch-port.js';
 export {
   LiveCapture,
   LIVE_CAPTURE_DEFAULT_RING_BYTES,
