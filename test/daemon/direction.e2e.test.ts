@@ -5,22 +5,25 @@
 // inside's frames (the server's SYN-ACK and replies) pass unjudged, so the
 // allowed service is reachable; with judge "both" they judge the inside's too.
 // Both forms of `interfaces`: the list (first outside) and {outside, inside}.
-import { mkdtempSync, renameSync, writeFileSync } from 'node:fs';
+import { mkdtempSync, readFileSync, renameSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { BIN, ensureBuilt } from '../support/cli.js';
+import { BIN, ensureBuilt, ROOT } from '../support/cli.js';
 import { exec, gatewayTopology, nodeIn, requireRoot, spawnIn, type GatewayTopology, type NsProcess } from '../support/netns.js';
 
 const RUN = requireRoot(['ethtool']);
 const dir = mkdtempSync(join(tmpdir(), 'moat-direction-'));
 const ACCOUNT = join(dir, 'account.json');
 
-// The README's "Deploying a first ruleset with curl", as the API returns it.
-const WALKTHROUGH = [
-  { id: 'allow-8080', action: 'skip', action_parameters: { ruleset: 'current' }, expression: 'tcp.dstport in {8080}', description: 'allow 8080' },
-  { id: 'block-tcp', action: 'block', expression: 'tcp.dstport in {1..65535}', description: 'block other TCP ports' },
-];
+/** The rules of the README's "Deploying a first ruleset with curl": the body of its first PUT, as written there. */
+function walkthroughRules(): object[] {
+  const readme = readFileSync(join(ROOT, 'README.md'), 'utf8');
+  const block = /```sh\n([\s\S]*?)```/.exec(readme.slice(readme.indexOf('### Deploying a first ruleset with curl')))![1]!;
+  const body = JSON.parse(/--data '(\{[\s\S]*?\})'/.exec(block)![1]!) as { rules: object[] };
+  return body.rules;
+}
+const WALKTHROUGH = walkthroughRules();
 // README: stateless rules that also let the protected hosts open connections out: block only new inbound connections.
 const NEW_INBOUND_ONLY = [
   { id: 'allow-8080', action: 'skip', action_parameters: { ruleset: 'current' }, expression: 'tcp.dstport in {8080}', description: 'allow 8080' },
@@ -96,6 +99,13 @@ describe.runIf(RUN)('moat daemon inline: the direction it judges', () => {
     await topo?.destroy();
   }, 60_000);
 
+  it('reads the walkthrough\'s rules from the README: allow 8080, block every other TCP port', () => {
+    expect(WALKTHROUGH.map((r) => [(r as { action: string }).action, (r as { expression: string }).expression])).toEqual([
+      ['skip', 'tcp.dstport in {8080}'],
+      ['block', 'tcp.dstport in {1..65535}'],
+    ]);
+  });
+
   it('with the list form (first outside), reaches the walkthrough service on 8080 inside from outside, data both ways, and blocks 8081', async () => {
     const said = await start([topo.gateway.portA, topo.gateway.portB]);
     expect([said.outside, said.inside, said.judge]).toEqual(['ga', 'gb', 'inbound']);
@@ -108,7 +118,7 @@ describe.runIf(RUN)('moat daemon inline: the direction it judges', () => {
     expect(d.length).toBeGreaterThan(0);
     // Only the SYNs to 8081, from outside: nothing of the 8080 exchange was dropped.
     for (const line of d) {
-      expect([line.interface, line.direction, line.from, line.src, line.dst, line.dstPort, line.rule]).toEqual(['ga', 'ga -> gb', 'outside', topo.a.ipv4, topo.b.ipv4, 8081, 'block-tcp']);
+      expect([line.interface, line.direction, line.from, line.src, line.dst, line.dstPort, line.description]).toEqual(['ga', 'ga -> gb', 'outside', topo.a.ipv4, topo.b.ipv4, 8081, 'block other TCP ports']);
     }
     const m = await metrics();
     expect(metric(m, 'moat_port_info', 'interface="ga",side="outside",judged="true"')).toBe(1);
