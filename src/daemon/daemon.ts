@@ -1,5 +1,7 @@
-// The daemon: capture on the configured interfaces, judge every frame with the
-// packet path, forward what passes (inline mode), and swap in a new ruleset
+// The daemon: capture on the configured interfaces, judge frames with the
+// packet path (inline: those arriving from outside, and from inside too with
+// judge "both"; monitor: every frame), forward what passes (inline mode; the
+// inside's unjudged frames as they are), and swap in a new ruleset
 // bundle between two packets when its bundle source tells of one (files: on a
 // change or SIGHUP). A bundle that fails to compile is rejected and logged; the
 // running one stays.
