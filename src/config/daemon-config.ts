@@ -56,6 +56,9 @@ const filePath = z
   // The system cannot open it, and node throws a TypeError rather than a system error.
   .refine((s) => !s.includes('\0'), 'a file path cannot contain a NUL byte');
 
+/** A network interface name: at most IFNAMSIZ - 1 (15) bytes on Linux. */
+const interfaceName = z.string().min(1).max(15);
+
 const hostPort = z.string().superRefine((s, ctx) => {
   const why = hostPortProblem(s);
   if (why !== undefined) ctx.addIssue({ code: 'custom', message: `HOST:PORT: ${why}` });
@@ -64,8 +67,24 @@ const hostPort = z.string().superRefine((s, ctx) => {
 const schema = z.strictObject({
   /** monitor: capture and judge, forward nothing; inline: bridge two interfaces and drop what is blocked. */
   mode: z.enum(['monitor', 'inline']),
-  /** monitor: one or more interfaces; inline: exactly two (the bridge's ports). */
-  interfaces: z.array(z.string().min(1).max(15)).min(1),
+  /**
+   * monitor: one or more interfaces. inline: the bridge's two ports, as
+   * {"outside": NAME, "inside": NAME}, or as a list of two names: the first
+   * outside, the second inside. Kept as a list, outside first.
+   */
+  interfaces: z
+    .union([z.array(interfaceName).min(1), z.strictObject({ outside: interfaceName, inside: interfaceName })], {
+      error: 'expected a list of interface names, or {"outside": NAME, "inside": NAME}',
+    })
+    .transform((v) => (Array.isArray(v) ? v : [v.outside, v.inside])),
+  /**
+   * inline: which frames network_transit judges. "inbound": those arriving on
+   * the outside port (traffic entering the protected network); frames from
+   * inside are forwarded unjudged (counted in moat_passed_unjudged_total).
+   * "both": every frame, from either port. Monitor mode judges every frame it
+   * sees (a mirror port does not say which side a frame came from).
+   */
+  judge: z.enum(['inbound', 'both']).default('inbound'),
   /** Rules from files (file mode); absent with `controlPlane`, which sends them. */
   rules: z
     .strictObject({
@@ -190,11 +209,27 @@ function deepFreeze<T>(v: T): T {
 /** Problems a configuration error lists; the rest are counted. */
 export const MAX_REPORTED_ISSUES = 10;
 
+/**
+ * A union's failure, as the problems of the branch the value was shaped for:
+ * a list of interfaces with a number in it says `interfaces.1: expected
+ * string`, not zod's bare "Invalid input". A value of neither shape keeps
+ * the union's own message.
+ */
+function expandUnions(issues: readonly z.core.$ZodIssue[]): z.core.$ZodIssue[] {
+  return issues.flatMap((i) => {
+    if (i.code !== 'invalid_union') return [i];
+    // A branch whose only problem is the value's type at its root is a branch for another shape.
+    const shaped = i.errors.filter((b) => !(b.length === 1 && b[0]!.code === 'invalid_type' && b[0]!.path.length === 0));
+    if (shaped.length !== 1) return [i];
+    return expandUnions(shaped[0]!.map((sub) => ({ ...sub, path: [...i.path, ...sub.path] })));
+  });
+}
+
 /** Validates a parsed configuration object; `file` names it in errors and anchors relative paths. */
 export function validateDaemonConfig(raw: unknown, file = '<config>'): DaemonConfig {
   const r = schema.safeParse(raw);
   if (!r.success) {
-    const issues = r.error.issues;
+    const issues = expandUnions(r.error.issues);
     // The first few problems: a value repeated wrong 100,000 times is one line, not megabytes.
     const lines = issues.slice(0, MAX_REPORTED_ISSUES).map((i) => {
       // Keys come from the file: quoted cut and escaped, like any input a message echoes.
@@ -216,10 +251,20 @@ export function validateDaemonConfig(raw: unknown, file = '<config>'): DaemonCon
       pointer: '/interfaces',
     });
   }
-  if (new Set(c.interfaces).size !== c.interfaces.length) {
-    throw new MoatError('CONFIG_INVALID', `${file}: interfaces: an interface is listed twice`, { file, pointer: '/interfaces' });
-  }
   const given = typeof raw === 'object' && raw !== null ? (raw as Record<string, unknown>) : {};
+  const sides = !Array.isArray(given.interfaces);
+  if (new Set(c.interfaces).size !== c.interfaces.length) {
+    throw new MoatError('CONFIG_INVALID', `${file}: interfaces: ${sides ? 'outside and inside name the same interface' : 'an interface is listed twice'}`, { file, pointer: sides ? '/interfaces/inside' : '/interfaces' });
+  }
+  if (c.mode === 'monitor') {
+    // A mirror port delivers both directions mixed: there is no outside to name, no inbound to judge alone.
+    if (sides) {
+      throw new MoatError('CONFIG_INVALID', `${file}: interfaces: outside and inside name the ports of an inline bridge; monitor mode takes a list of interfaces (it judges every frame it sees, in both directions)`, { file, pointer: '/interfaces' });
+    }
+    if (given.judge === 'inbound') {
+      throw new MoatError('CONFIG_INVALID', `${file}: judge: "inbound" is for inline mode; monitor mode judges every frame it sees, in both directions (a mirror port does not say which side a frame came from): remove judge or give "both"`, { file, pointer: '/judge' });
+    }
+  }
   if (c.controlPlane !== undefined) {
     const both = ['rules', 'lists'].filter((k) => given[k] !== undefined);
     if (both.length > 0) {

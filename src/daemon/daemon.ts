@@ -1,5 +1,7 @@
-// The daemon: capture on the configured interfaces, judge every frame with the
-// packet path, forward what passes (inline mode), and swap in a new ruleset
+// The daemon: capture on the configured interfaces, judge frames with the
+// packet path (inline: those arriving from outside, and from inside too with
+// judge "both"; monitor: every frame), forward what passes (inline mode; the
+// inside's unjudged frames as they are), and swap in a new ruleset
 // bundle between two packets when its bundle source tells of one (files: on a
 // change or SIGHUP). A bundle that fails to compile is rejected and logged; the
 // running one stays.
@@ -34,6 +36,13 @@ export interface Port {
   path: PacketPath;
   /** The port frames that pass are sent out of (inline mode). */
   peer: Port | null;
+  /** Inline: the side of the bridge the port faces (frames arriving on it come from there); monitor: 'mirror'. */
+  side: 'outside' | 'inside' | 'mirror';
+  /** Whether network_transit judges the frames arriving on this port (inline: outside, and inside with judge "both"). */
+  judged: boolean;
+  /** Frames (and bytes) forwarded without judging: arrived on an unjudged port. */
+  passedUnjudged: number;
+  passedUnjudgedBytes: number;
   /** Forwarded frames until the next checksum sample (config.checksumSample). */
   checksumCountdown: number;
   /** Forwarded frames whose TCP/UDP checksum was verified, and those found bad. */
@@ -42,7 +51,7 @@ export interface Port {
 }
 
 /** Settings a running daemon cannot take from a reload: its captures, ports and listener are built from them. */
-export const RESTART_ONLY = ['mode', 'interfaces', 'capture', 'metrics', 'dropCapture', 'controlPlane', 'failOpen'] as const satisfies ReadonlyArray<keyof DaemonConfig>;
+export const RESTART_ONLY = ['mode', 'interfaces', 'judge', 'capture', 'metrics', 'dropCapture', 'controlPlane', 'failOpen'] as const satisfies ReadonlyArray<keyof DaemonConfig>;
 
 /** Longest slice of a bundle's warm-up between two turns of the event loop (see Daemon.warmedPaths). */
 const WARM_SLICE_MS = 1;
@@ -120,13 +129,25 @@ export class Daemon {
     const c = this.config;
     const bundle = await this.load(); // throws: a daemon does not start without a valid bundle
     const sources = c.interfaces.map((name) => this.openSource(name, { ringBytes: c.capture.ringBytes, filter: c.capture.filter }));
-    this.ports = sources.map((source) => {
+    this.ports = sources.map((source, i) => {
       const counters = new PathCounters();
-      return { name: source.iface, source, counters, path: this.pathFor(bundle, counters, false), peer: null, checksumCountdown: this.sampleEvery(), checksumSampled: 0, badChecksums: 0 };
+      // The configuration lists the outside port first (see DaemonConfig.interfaces).
+      const side = c.mode === 'monitor' ? 'mirror' : i === 0 ? 'outside' : 'inside';
+      const judged = side !== 'inside' || c.judge === 'both';
+      return { name: source.iface, source, counters, path: this.pathFor(bundle, counters, false), peer: null, side, judged, passedUnjudged: 0, passedUnjudgedBytes: 0, checksumCountdown: this.sampleEvery(), checksumSampled: 0, badChecksums: 0 };
     });
     if (c.mode === 'inline') {
       this.ports[0]!.peer = this.ports[1]!;
       this.ports[1]!.peer = this.ports[0]!;
+      const [outside, inside] = this.ports as [Port, Port];
+      this.log.info(
+        { outside: outside.name, inside: inside.name, judge: c.judge },
+        c.judge === 'both'
+          ? `judging frames in both directions: arriving on ${outside.name} (outside) and on ${inside.name} (inside)`
+          : `judging frames arriving on ${outside.name} (outside); frames from ${inside.name} (inside) are forwarded unjudged (judge: "both" judges them too)`,
+      );
+    } else {
+      this.log.info({ interfaces: c.interfaces }, 'monitor: judging every frame seen, in both directions (a mirror port does not say which side a frame came from)');
     }
     if (c.dropCapture !== undefined) {
       this.recorder = new DropRecorder({ ...c.dropCapture, linkType: this.ports[0]!.source.linkType });
@@ -141,7 +162,7 @@ export class Daemon {
     if (c.metrics.enabled) await this.listen();
     this.bundles.start((reason) => this.reload(reason), this.log, { counters: () => this.totals() });
     this.state = 'running';
-    this.log.info({ mode: c.mode, interfaces: c.interfaces, version: this.version, bundles: this.bundles.name, metrics: c.metrics.enabled ? c.metrics.listen : null }, 'daemon running');
+    this.log.info({ mode: c.mode, interfaces: c.interfaces, ...(c.mode === 'inline' ? { outside: c.interfaces[0], inside: c.interfaces[1], judge: c.judge } : {}), version: this.version, bundles: this.bundles.name, metrics: c.metrics.enabled ? c.metrics.listen : null }, 'daemon running');
   }
 
   /** Installs SIGTERM/SIGINT handlers that stop the daemon and end the process. */
@@ -167,6 +188,14 @@ export class Daemon {
       if (this.awaitingBundle) {
         this.unjudged++;
         if (port.peer !== null && this.config.failOpen) port.peer.source.send(frame, length);
+        return;
+      }
+      if (!port.judged) {
+        // Inline, from inside (judge "inbound"): forwarded as is; peer is set on every inline port.
+        port.passedUnjudged++;
+        port.passedUnjudgedBytes += length;
+        if (--port.checksumCountdown <= 0) this.sampleChecksum(port, frame, length);
+        port.peer!.source.send(frame, length);
         return;
       }
       let drop: boolean;
@@ -248,7 +277,7 @@ export class Daemon {
       {
         action: verb === 'dropped' ? 'drop' : 'would_drop',
         interface: port.name,
-        ...(port.peer === null ? {} : { direction: `${port.name} -> ${port.peer.name}` }),
+        ...(port.peer === null ? {} : { direction: `${port.name} -> ${port.peer.name}`, from: port.side }),
         ...(pkt ?? {}),
         rule: ruleId,
         ruleset: rule?.level ?? null,
@@ -464,7 +493,7 @@ export class Daemon {
     for (const [sig, fn] of this.signalHandlers) process.off(sig, fn);
     if (this.server !== undefined) await new Promise<void>((r) => this.server!.close(() => r()));
     if (this.loading instanceof WorkerLoading) await this.loading.stop();
-    const totals = this.ports.map((p) => ({ interface: p.name, packets: p.counters.packets, passed: p.counters.passed, dropped: p.counters.dropped, undecodable: p.counters.undecodable }));
+    const totals = this.ports.map((p) => ({ interface: p.name, packets: p.counters.packets, passed: p.counters.passed, dropped: p.counters.dropped, undecodable: p.counters.undecodable, passedUnjudged: p.passedUnjudged }));
     this.log.info({ totals, swaps: this.swaps, packetErrors: this.packetErrors }, 'daemon stopped');
     this.state = 'stopped';
   }

@@ -32,6 +32,22 @@ export function daemonMetrics(d: Daemon): Registry {
       set({ interface: p.name, verdict: 'drop' }, p.counters.droppedBytes);
     }
   });
+  counter('moat_passed_unjudged_total', 'Frames forwarded without judging (inline, arriving from inside with judge "inbound"), by interface they arrived on and direction.', ['interface', 'direction'], (set) => {
+    for (const p of d.ports) if (p.peer !== null) set({ interface: p.name, direction: `${p.name} -> ${p.peer.name}` }, p.passedUnjudged);
+  });
+  counter('moat_passed_unjudged_bytes_total', 'Bytes forwarded without judging, by interface they arrived on and direction.', ['interface', 'direction'], (set) => {
+    for (const p of d.ports) if (p.peer !== null) set({ interface: p.name, direction: `${p.name} -> ${p.peer.name}` }, p.passedUnjudgedBytes);
+  });
+  new Gauge({
+    name: 'moat_port_info',
+    help: 'The capture ports (value 1): the side each faces (inline: outside or inside; monitor: mirror) and whether frames arriving on it are judged.',
+    labelNames: ['interface', 'side', 'judged'],
+    registers: [registry],
+    collect() {
+      this.reset();
+      for (const p of d.ports) this.set({ interface: p.name, side: p.side, judged: String(p.judged) }, 1);
+    },
+  });
   counter('moat_undecodable_packets_total', 'Frames whose IP header could not be read.', ['interface'], (set) => {
     for (const p of d.ports) set({ interface: p.name }, p.counters.undecodable);
   });

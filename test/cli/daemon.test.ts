@@ -40,7 +40,7 @@ describe('moat daemon --check', () => {
     expect(r.stderr).toContain('reads ip.src.country but no GeoIP country database is given');
     expect(r.stderr).toContain('reads $svc.botnetcc but that list is not given');
     expect(r.code).toBe(0);
-    expect(r.stdout).toBe('OK: inline on ga, gb; 4 rules, fields: ip.src ip.src.country tcp.dstport\n');
+    expect(r.stdout).toBe('OK: inline on ga (outside), gb (inside), judging frames from outside; 4 rules, fields: ip.src ip.src.country tcp.dstport\n');
   });
 
   it('fails with code 3009 for an interface that does not exist, naming it', async () => {

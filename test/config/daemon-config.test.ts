@@ -31,6 +31,7 @@ describe('the daemon configuration', () => {
   it('accepts the annotated example in config/ and fills the documented defaults', () => {
     const c = loadDaemonConfig(join(ROOT, 'config/daemon.example.jsonc'));
     expect(c.mode).toBe('inline');
+    expect([c.interfaces, c.judge]).toEqual([['ga', 'gb'], 'inbound']);
     expect(c.capture.ringBytes).toBe(128 * 1024 * 1024);
     expect(c.metrics.listen).toBe('127.0.0.1:9490');
     expect(c.rules?.account).toBe(join(ROOT, 'config/rules/account-entrypoint.json'));
@@ -65,6 +66,40 @@ describe('the daemon configuration', () => {
   it('requires exactly two distinct interfaces inline', () => {
     expect(error(() => validateDaemonConfig({ ...minimal, mode: 'inline' }, 'd.jsonc')).message).toBe('d.jsonc: interfaces: inline mode bridges exactly two interfaces, not 1');
     expect(error(() => validateDaemonConfig({ ...minimal, interfaces: ['a', 'a'] }, 'd.jsonc')).message).toMatch(/listed twice/);
+  });
+
+  it('names the outside and inside ports of an inline bridge, outside first, and judges inbound frames by default', () => {
+    const c = validateDaemonConfig({ ...minimal, mode: 'inline', interfaces: { outside: 'up0', inside: 'lan0' } }, 'd.jsonc');
+    expect([c.interfaces, c.judge]).toEqual([['up0', 'lan0'], 'inbound']);
+    expect(Object.isFrozen(c.interfaces)).toBe(true);
+    // The list form: the first name is outside.
+    const list = validateDaemonConfig({ ...minimal, mode: 'inline', interfaces: ['lan0', 'up0'], judge: 'both' }, 'd.jsonc');
+    expect([list.interfaces, list.judge]).toEqual([['lan0', 'up0'], 'both']);
+  });
+
+  it('refuses a bad outside/inside pair with the key and its JSON pointer', () => {
+    const inline = { ...minimal, mode: 'inline' };
+    const missing = error(() => validateDaemonConfig({ ...inline, interfaces: { outside: 'up0' } }, 'd.jsonc'));
+    expect([missing.code, missing.message, missing.pointer]).toEqual([5002, 'd.jsonc: interfaces.inside: Invalid input: expected string, received undefined', '/interfaces/inside']);
+    const same = error(() => validateDaemonConfig({ ...inline, interfaces: { outside: 'up0', inside: 'up0' } }, 'd.jsonc'));
+    expect([same.message, same.pointer]).toEqual(['d.jsonc: interfaces: outside and inside name the same interface', '/interfaces/inside']);
+    expect(error(() => validateDaemonConfig({ ...inline, interfaces: { outside: 'up0', inside: 'lan0', dmz: 'dmz0' } }, 'd.jsonc')).message).toBe('d.jsonc: interfaces: unknown key "dmz"');
+    expect(error(() => validateDaemonConfig({ ...inline, interfaces: { outside: 'an-interface-name-too-long', inside: 'lan0' } }, 'd.jsonc')).pointer).toBe('/interfaces/outside');
+    const shape = error(() => validateDaemonConfig({ ...inline, interfaces: 'up0' }, 'd.jsonc'));
+    expect([shape.message, shape.pointer]).toEqual(['d.jsonc: interfaces: expected a list of interface names, or {"outside": NAME, "inside": NAME}', '/interfaces']);
+    const judge = error(() => validateDaemonConfig({ ...inline, interfaces: ['a', 'b'], judge: 'outbound' }, 'd.jsonc'));
+    expect([judge.code, judge.pointer]).toEqual([5002, '/judge']);
+    expect(judge.message).toMatch(/^d\.jsonc: judge: .*"inbound"\|"both"/);
+  });
+
+  it('refuses outside/inside and judge "inbound" in monitor mode, which judges both directions of what a mirror port delivers', () => {
+    const sides = error(() => validateDaemonConfig({ ...minimal, interfaces: { outside: 'up0', inside: 'lan0' } }, 'd.jsonc'));
+    expect([sides.code, sides.pointer]).toEqual([5002, '/interfaces']);
+    expect(sides.message).toMatch(/^d\.jsonc: interfaces: outside and inside name the ports of an inline bridge; monitor mode takes a list/);
+    const inbound = error(() => validateDaemonConfig({ ...minimal, judge: 'inbound' }, 'd.jsonc'));
+    expect([inbound.code, inbound.pointer]).toEqual([5002, '/judge']);
+    expect(inbound.message).toMatch(/monitor mode judges every frame it sees, in both directions/);
+    expect(validateDaemonConfig({ ...minimal, judge: 'both' }, 'd.jsonc').judge).toBe('both');
   });
 
   it('reports a syntax error with the file, line and column', () => {

@@ -31,7 +31,9 @@ const GEO = join(ROOT, 'native-fixtures/geoip');
 function baseText(): string {
   const text = readFileSync(join(ROOT, 'config/daemon.example.jsonc'), 'utf8')
     .replace('"mode": "inline"', '"mode": "monitor"')
-    .replace('["ga", "gb"]', '["lo"]')
+    // Monitor mode takes a list of interfaces and judges both directions (the example is inline).
+    .replace('{ "outside": "ga", "inside": "gb" }', '["lo"]')
+    .replace('"judge": "inbound"', '"judge": "both"')
     .replace('"rules/account-entrypoint.json"', JSON.stringify(RULES))
     .replace('// "office_blocklist": "lists/office.txt"', `"office_blocklist": ${JSON.stringify(LIST)}`)
     .replace('// "country": "/var/lib/GeoIP/GeoLite2-Country.mmdb",', `"country": ${JSON.stringify(join(GEO, 'test-country.mmdb'))},`)

@@ -49,7 +49,9 @@ export function registerDaemon(program: Command, out: Output): void {
           const b: LoadedBundle & { cached?: string | undefined } = config.controlPlane === undefined ? loadBundle(bundleFiles(config)) : await checkChannel(config);
           for (const w of b.missing) out.stderr(formatWarning(w));
           const what = config.controlPlane === undefined ? '' : b.cached === undefined ? `control plane ${config.controlPlane.url}, no cached bundle yet; ` : `control plane ${config.controlPlane.url}, cached bundle ${b.cached}: `;
-          summary = `OK: ${config.mode} on ${config.interfaces.join(', ')}; ${what}${b.evaluator.rules.length} rules, fields: ${b.evaluator.fields.join(' ') || '(none)'}`;
+          // Inline: the sides as the daemon will take them (the first of a list is outside).
+          const ports = config.mode === 'inline' ? `${config.interfaces[0]} (outside), ${config.interfaces[1]} (inside), judging ${config.judge === 'both' ? 'both directions' : 'frames from outside'}` : config.interfaces.join(', ');
+          summary = `OK: ${config.mode} on ${ports}; ${what}${b.evaluator.rules.length} rules, fields: ${b.evaluator.fields.join(' ') || '(none)'}`;
         } catch (err) {
           if (!(err instanceof BundleError)) throw err;
           errors.unshift(...err.errors);
