@@ -74,6 +74,8 @@ export interface PacketWorkerData {
   readonly bundle: TransferredBundle;
   /** For tests: this worker fails to prepare any bundle after its first (a worker that cannot take a bundle the others can). */
   readonly failPrepare?: boolean | undefined;
+  /** For tests: this worker takes this many ms longer to prepare each bundle after its first (a worker on a busy core), its batches running meanwhile. */
+  readonly slowPrepareMs?: number | undefined;
 }
 
 /** What a prepare cost the worker's event loop. */

@@ -48,7 +48,9 @@ function noteStep(ms: number): void {
 
 // Prepares a bundle: each step is one turn of the event loop, batches run between them.
 async function prepare(b: TransferredBundle): Promise<{ paths: PacketPath[]; cost: PrepareCost }> {
-  if (data.failPrepare === true && prepares++ > 0) throw new Error(`packet worker ${data.index} was told to fail this prepare (a test)`);
+  const later = prepares++ > 0;
+  if (data.failPrepare === true && later) throw new Error(`packet worker ${data.index} was told to fail this prepare (a test)`);
+  if (data.slowPrepareMs !== undefined && later) await new Promise((resolve) => setTimeout(resolve, data.slowPrepareMs));
   const t0 = performance.now();
   const loaded = importer.import(b);
   const importMs = performance.now() - t0;

@@ -53,6 +53,8 @@ export interface PacketWorkersOptions {
   readonly script?: URL | undefined;
   /** For tests: the workers (by index) that fail every prepare after their first. */
   readonly failPrepareIn?: readonly number[] | undefined;
+  /** For tests: a worker that takes `ms` longer to prepare every bundle after its first (a worker on a busy core). */
+  readonly slowPrepare?: { readonly worker: number; readonly ms: number } | undefined;
 }
 
 /** A swap's outcome. Never a rejection: a failed swap leaves the running bundle everywhere. */
@@ -280,6 +282,7 @@ export class PacketWorkers {
     const data: PacketWorkerData = {
       index: w, control: this.control.buffer as SharedArrayBuffer, counters: slot.counters, opener: this.options.opener, ports: this.specs[w]!,
       paths: this.options.paths ?? {}, gen: this.current.gen, bundle: this.current.bundle, failPrepare: this.options.failPrepareIn?.includes(w),
+      slowPrepareMs: this.options.slowPrepare?.worker === w ? this.options.slowPrepare.ms : undefined,
     };
     if (this.current.bundle.table !== null) this.table = { id: this.current.bundle.tableId, parts: this.current.bundle.table };
     const t = new Worker(this.script, { name: `moat-packet-${w}`, workerData: data });

@@ -175,9 +175,10 @@ describe('packet workers', () => {
     const tcpOnly = (w: number) => Array.from({ length: 50 }, (_, i) => buildFrame({ ip: { version: 4, src: `192.0.2.${w + 1}`, dst: '198.18.0.1', ttl: 64 }, l4: { kind: 'tcp', srcPort: 2000 + i, dstPort: 443, flags: TCP.SYN } }));
     const N = 3;
     const caps = Array.from({ length: N }, (_, w) => writeCapture(`tcp-${w}.pcap`, tcpOnly(w)));
-    const ports = (w: number): PortSpec[] => [{ iface: caps[w]!, judge: true, peer: null, options: { batchMax: 4, intervalMs: 1, repeat: 40, verdictFile: at(`swap-${w}.txt`) } as PortSpec['options'] }];
-    const pw = await PacketWorkers.start({ workers: N, ports, opener: opener(), bundle: passAll, log: silent });
-    const total = N * 50 * 40;
+    const ports = (w: number): PortSpec[] => [{ iface: caps[w]!, judge: true, peer: null, options: { batchMax: 4, intervalMs: 1, repeat: 80, verdictFile: at(`swap-${w}.txt`) } as PortSpec['options'] }];
+    // Worker 2 prepares 300 ms later than the others: the others must wait for it before judging with the new bundle.
+    const pw = await PacketWorkers.start({ workers: N, ports, opener: opener(), bundle: passAll, log: silent, slowPrepare: { worker: 2, ms: 300 } });
+    const total = N * 50 * 80;
     let outcome;
     try {
       await until('traffic on every worker', () => pw.counters().workers.every((w) => w.frames > 100));
@@ -199,6 +200,8 @@ describe('packet workers', () => {
       expect(lines.slice(firstDrop).every(([, p]) => p === 0)).toBe(true);
       // No frame judged by the new bundle before the last worker had prepared it.
       expect(lines[firstDrop]![2] > lastPrepared).toBe(true);
+      // The old bundle judged on meanwhile: the workers that were ready early kept judging with it until the flip.
+      expect(lines[firstDrop - 1]![2] > outcome.preparedAt[w]! || w === 2).toBe(true);
     }
     expect(pw.counters().workers.map((w) => w.gen)).toEqual([2, 2, 2]);
     expect(pw.counters().ports[0]!.path.dropped + pw.counters().ports[0]!.path.passed).toBe(total);
