@@ -9,6 +9,7 @@
 import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { fileURLToPath } from 'node:url';
 import { pino } from 'pino';
 import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { buildPcap, PcapReader } from '../../src/capture/index.js';
@@ -76,15 +77,28 @@ function writeCapture(name: string, list: readonly Uint8Array[]): string {
 }
 
 function readFrames(file: string): Buffer[] {
-  const out: Buffer[] = [];
+  return readCapture(file).frames;
+}
+
+function readCapture(file: string): { frames: Buffer[]; linkType: number; origLens: number[] } {
+  const frames: Buffer[] = [];
+  const origLens: number[] = [];
+  let linkType = -1;
   const r = PcapReader.open(file);
   try {
-    while (r.next()) out.push(Buffer.from(r.data.subarray(r.offset, r.offset + r.caplen)));
+    while (r.next()) {
+      frames.push(Buffer.from(r.data.subarray(r.offset, r.offset + r.caplen)));
+      origLens.push(r.origLen);
+      if (linkType === -1) linkType = r.linkType;
+    }
   } finally {
     r.close();
   }
-  return out;
+  return { frames, linkType, origLens };
 }
+
+const FIXTURES = new URL('../../native-fixtures/', import.meta.url);
+const fixture = (name: string) => fileURLToPath(new URL(name, FIXTURES));
 
 /** A verdict file's lines: [index, passed, hrtime]. */
 function verdictLines(file: string): Array<[number, number, bigint]> {
@@ -109,8 +123,9 @@ describe('packet workers', () => {
     const files = filesOf(writeRules('rules.json', RULES));
     const bundle = await loading.loadTransferred(files);
     const reference = new BundleLoader().load(files);
-    const N = 3;
-    const caps = Array.from({ length: N }, (_, w) => writeCapture(`in-${w}.pcap`, frames(w)));
+    // Generated frames, and the native fixtures' Ethernet (IPv4, IPv6, VLAN, extension headers) and Linux cooked captures.
+    const caps = [writeCapture('in-0.pcap', frames(0)), writeCapture('in-1.pcap', frames(1)), fixture('pcap-us-le.pcap'), fixture('ipv6-ext.pcap'), fixture('sll.pcap')];
+    const N = caps.length;
     const ports = (w: number): PortSpec[] => [{ iface: caps[w]!, judge: true, peer: null, options: { batchMax: 16, verdictFile: at(`v-${w}.txt`) } as PortSpec['options'] }];
     const pw = await PacketWorkers.start({ workers: N, ports, opener: opener(), bundle, log: silent });
     let fed = 0;
@@ -118,7 +133,7 @@ describe('packet workers', () => {
       fed = caps.reduce((n, c) => n + readFrames(c).length, 0);
       await until('every frame judged', () => pw.counters().ports[0]!.path.packets === fed);
       // One table, in shared memory: every worker wraps the same SharedArrayBuffers.
-      expect(pw.tables().map((t) => t?.shared)).toEqual([true, true, true]);
+      expect(pw.tables().map((t) => t?.shared)).toEqual([true, true, true, true, true]);
       expect(pw.tables()[0]!.bytes).toBeGreaterThan(100_000);
     } finally {
       await pw.stop();
@@ -127,7 +142,8 @@ describe('packet workers', () => {
     let drops = 0;
     for (let w = 0; w < N; w++) {
       const path = new PacketPath(reference.evaluator, { table: reference.table });
-      const expected = readFrames(caps[w]!).map((f, i) => `${i} ${path.process(f, 0, f.length, f.length, LINKTYPE.ETHERNET) ? 0 : 1}`);
+      const cap = readCapture(caps[w]!);
+      const expected = cap.frames.map((f, i) => `${i} ${path.process(f, 0, f.length, cap.origLens[i]!, cap.linkType) ? 0 : 1}`);
       const got = verdictLines(at(`v-${w}.txt`)).map(([i, p]) => `${i} ${p}`);
       expect(got).toEqual(expected);
       drops += expected.filter((v) => v.endsWith(' 0')).length;
@@ -167,6 +183,27 @@ describe('packet workers', () => {
     const c = pw.counters();
     expect([c.ports[0]!.path.packets, c.ports[1]!.path.packets, c.ports[1]!.stats.unjudged]).toEqual([outFrames.length, 0, insideFrames.length]);
     expect([c.ports[1]!.stats.sent, c.ports[0]!.stats.sent]).toEqual([passed.length, insideFrames.length]);
+  }, 60_000);
+
+  it('count frames longer than a slot as truncated and never forward them cut', async () => {
+    const bundle = await loading.loadTransferred(filesOf(writeRules('rules.json', RULES)));
+    const cut = fixture('snaplen-truncated.pcap');
+    const cap = readCapture(cut);
+    const whole = cap.frames.filter((f, i) => f.length === cap.origLens[i]);
+    expect([cap.frames.length, whole.length]).toEqual([4, 2]);
+    const ports: PortSpec[] = [
+      { iface: cut, judge: false, peer: 1, options: { forwardFile: at('cut-out.pcap') } as PortSpec['options'] },
+      { iface: writeCapture('empty-side.pcap', []), judge: true, peer: 0, options: { forwardFile: at('cut-in.pcap') } as PortSpec['options'] },
+    ];
+    const pw = await PacketWorkers.start({ workers: 1, ports, opener: opener(), bundle, log: silent });
+    try {
+      await until('the file delivered', () => pw.counters().workers[0]!.frames === 4);
+    } finally {
+      await pw.stop();
+    }
+    const c = pw.counters();
+    expect([c.ports[0]!.stats.truncated, c.ports[1]!.stats.sent]).toEqual([2, 2]);
+    expect(readFrames(at('cut-in.pcap')).map((f) => f.toString('hex'))).toEqual(whole.map((f) => f.toString('hex')));
   }, 60_000);
 
   it('swap a bundle during traffic atomically: no frame is judged by it before every worker has prepared it', async () => {
