@@ -15,7 +15,7 @@ export const W_BATCHES = 0;
 export const W_FRAMES = 1;
 /** The generation this worker judges with (it adopts the flipped one at its next batch). */
 export const W_GEN = 2;
-/** Longest step of a prepare on this worker's event loop (ms): what a swap stalls its packet loop. */
+/** Longest step of a swap's prepare on this worker's event loop (wall-clock ms, so a thread descheduled meanwhile counts): what a swap stalls its packet loop. */
 export const W_LONGEST_STEP_MS = 3;
 export const W_HEADER = 8;
 
