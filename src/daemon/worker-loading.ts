@@ -83,10 +83,10 @@ export class WorkerLoading implements BundleLoading {
    * its table expects this side to have it made (load) or kept (the packet workers).
    */
   loadTransferred(files: BundleFiles): Promise<TransferredBundle> {
-    let raw: (b: TransferredBundle) => void = () => undefined;
-    const p = new Promise<TransferredBundle>((resolve) => (raw = resolve));
-    const settled = this.ask(files, (b) => raw(b));
-    return Promise.race([p, settled as unknown as Promise<TransferredBundle>]);
+    return new Promise<TransferredBundle>((resolve, reject) => {
+      // The LoadedBundle promise never resolves here (the raw handler answers instead); it rejects as load() would.
+      this.ask(files, resolve).catch(reject);
+    });
   }
 
   private ask(files: BundleFiles, raw: ((b: TransferredBundle) => void) | undefined): Promise<LoadedBundle> {
