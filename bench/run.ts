@@ -1,4 +1,4 @@
-// Runs the benchmarks: `npm run bench [-- name...]` (names: expr, pcap-reader, pipeline, swap,
+// Runs the benchmarks: `npm run bench [-- name...]` (names: expr, pcap-reader, pipeline, swap, workers,
 // address-table, inline, api, channel, health, soak). Without names every benchmark but the 10-minute soak runs. inline and
 // soak need root, iperf3 and network namespaces.
 import { runAddressTableBench } from './address-table.bench.js';
@@ -11,12 +11,14 @@ import { runPcapReaderBench } from './pcap-reader.bench.js';
 import { runPipelineBench } from './pipeline.bench.js';
 import { runSoak } from './soak.bench.js';
 import { runSwapBench } from './swap.bench.js';
+import { runWorkersBench } from './workers.bench.js';
 
 const BENCHES: Record<string, () => void | Promise<void>> = {
   expr: runExprBench,
   'pcap-reader': runPcapReaderBench,
   pipeline: runPipelineBench,
   swap: runSwapBench,
+  workers: runWorkersBench,
   'address-table': runAddressTableBench,
   inline: runInlineBench,
   api: runApiBench,

@@ -34,6 +34,7 @@ export {
 } from './pcap-reader.js';
 export type { FrameSource, SourceStats } from './source.js';
 export type { BatchPort, BatchPortOpener, BatchPortOptions, BatchPortStats, FrameBatch } from './batch-port.js';
+export { ReplayBatchPort, openReplayPort, type ReplayPortOptions } from './replay-batch-port.js';
 export {
   LiveCapture,
   LIVE_CAPTURE_DEFAULT_RING_BYTES,

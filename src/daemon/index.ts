@@ -9,3 +9,5 @@ export { WorkerLoading, loaderWorkerScript, loaderWorkerAvailable } from './work
 export { daemonMetrics } from './metrics.js';
 export { DropRecorder, type DropRecorderOptions } from './drop-recorder.js';
 export { preflight, interfaceNames, effectiveCapabilities } from './preflight.js';
+export { PacketWorkers, packetWorkerScript, replayPortOpener, type PacketWorkersOptions, type SwapOutcome, type WorkerCounters, type PortTotals } from './packet-workers.js';
+export type { OpenerRef, PortSpec, PathSettings, PrepareCost } from './packet-worker-layout.js';

@@ -42,6 +42,8 @@ export function loaderWorkerAvailable(script = loaderWorkerScript()): boolean {
 
 interface Pending {
   readonly resolve: (b: LoadedBundle) => void;
+  /** Set by loadTransferred: the bundle as the worker sent it, not made again on this thread. */
+  readonly raw?: ((b: TransferredBundle) => void) | undefined;
   readonly reject: (err: Error) => void;
 }
 
@@ -70,6 +72,24 @@ export class WorkerLoading implements BundleLoading {
   }
 
   load(files: BundleFiles): Promise<LoadedBundle> {
+    return this.ask(files, undefined);
+  }
+
+  /**
+   * Loads `files` as load() does, but resolves with the bundle as the worker
+   * sent it (its table's arrays transferred here), for the packet workers
+   * (packet-workers.ts), which share its table and each make the functions.
+   * Do not mix with load() on one WorkerLoading: a later bundle that reuses
+   * its table expects this side to have it made (load) or kept (the packet workers).
+   */
+  loadTransferred(files: BundleFiles): Promise<TransferredBundle> {
+    return new Promise<TransferredBundle>((resolve, reject) => {
+      // The LoadedBundle promise never resolves here (the raw handler answers instead); it rejects as load() would.
+      this.ask(files, resolve).catch(reject);
+    });
+  }
+
+  private ask(files: BundleFiles, raw: ((b: TransferredBundle) => void) | undefined): Promise<LoadedBundle> {
     if (this.stopped) return Promise.reject(new MoatError('BUNDLE_LOADER_FAILED', 'the bundle loader is stopped (the daemon is stopping)'));
     let w: Worker;
     try {
@@ -79,7 +99,7 @@ export class WorkerLoading implements BundleLoading {
     }
     const id = this.nextId++;
     return new Promise<LoadedBundle>((resolve, reject) => {
-      this.pending.set(id, { resolve, reject });
+      this.pending.set(id, { resolve, reject, raw });
       // The thread keeps the process alive only while it has work (see ensureWorker).
       w.ref();
       w.postMessage({ id, files } satisfies LoaderRequest);
@@ -116,6 +136,10 @@ export class WorkerLoading implements BundleLoading {
     if (this.pending.size === 0) this.worker?.unref();
     if (!reply.ok) {
       p.reject(loadErrorOf(reply.error));
+      return;
+    }
+    if (p.raw !== undefined) {
+      p.raw(reply.bundle);
       return;
     }
     let bundle: LoadedBundle;

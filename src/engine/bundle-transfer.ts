@@ -221,3 +221,45 @@ export class BundleImporter {
     return { evaluator, table, rulesets: b.rulesets, digest: b.digest, tableReused: b.tableReused, missing: b.missing.map(moatErrorOf) };
   }
 }
+
+/** A copy of `a` over a SharedArrayBuffer (`a` itself when it is over one already). */
+function shared<T extends Uint16Array | Uint32Array | Int32Array | Int16Array | Float64Array>(a: T): T {
+  if (a.buffer instanceof SharedArrayBuffer) return a;
+  const Ctor = a.constructor as new (b: SharedArrayBuffer) => T;
+  const out = new Ctor(new SharedArrayBuffer(a.byteLength));
+  out.set(a as never);
+  return out;
+}
+
+/**
+ * `b` with its address table's arrays and value screens over
+ * SharedArrayBuffers, so that every packet worker given it (structured clone
+ * shares, not copies, a SharedArrayBuffer) looks addresses up in the same
+ * memory: the table's bytes are in the process once, whatever the number of
+ * workers (daemon/packet-workers.ts). The arrays are copied once here; arrays
+ * already shared are kept. The rest of the bundle (rules, code, warm-up
+ * frames) is small and each worker makes its own functions from it.
+ */
+export function shareBundle(b: TransferredBundle): TransferredBundle {
+  const t = b.table;
+  const table: TableParts | null = t === null ? null : {
+    ...t,
+    seg4: shared(t.seg4), index4: shared(t.index4), rec4: shared(t.rec4), country4: shared(t.country4), asn4: shared(t.asn4), lists4: shared(t.lists4),
+    starts6: shared(t.starts6), index6: shared(t.index6), record6: shared(t.record6), country6: shared(t.country6), asn6: shared(t.asn6), lists6: shared(t.lists6), rec6: shared(t.rec6),
+    listScreen4: t.listScreen4 === null ? null : shared(t.listScreen4),
+    listScreen6: t.listScreen6 === null ? null : shared(t.listScreen6),
+  };
+  return { ...b, table, screens: b.screens.map(([memo, s]) => [memo, shared(s)] as const) };
+}
+
+/** Bytes of a table's arrays, and whether every one of them is over a SharedArrayBuffer. */
+export function tableIsShared(parts: TableParts): { shared: boolean; bytes: number } {
+  let all = true;
+  let bytes = 0;
+  for (const v of Object.values(parts)) {
+    if (!ArrayBuffer.isView(v)) continue;
+    bytes += v.byteLength;
+    if (!(v.buffer instanceof SharedArrayBuffer)) all = false;
+  }
+  return { shared: all, bytes };
+}

@@ -17,9 +17,9 @@ export { compileBundle, BundleError, type CompileInput } from './compile-bundle.
 export { Evaluator, VERDICT_PASS, type CompiledRule, type GeneratedSource, type Level } from './evaluator.js';
 export { MAX_FUNCTION_SOURCE } from './code-writer.js';
 export { PacketPath, type PacketPathOptions, type UndecodablePolicy } from './packet-path.js';
-export { PathCounters } from './path-counters.js';
+export { PathCounters, COUNTER_SLOTS } from './path-counters.js';
 export { tableLists } from './table-lists.js';
 export { BundleLoader, loadBundle, type BundleFiles, type LoadedBundle } from './load.js';
 export { missingData, type MissingDataPolicy, type GivenData } from './missing-data.js';
 export { FrameInspector, type FrameSummary } from './frame-inspect.js';
-export { BundleExporter, BundleImporter, loadErrorData, loadErrorOf, type TransferredBundle, type LoadErrorData, type MoatErrorData } from './bundle-transfer.js';
+export { BundleExporter, BundleImporter, shareBundle, tableIsShared, loadErrorData, loadErrorOf, type TransferredBundle, type LoadErrorData, type MoatErrorData } from './bundle-transfer.js';

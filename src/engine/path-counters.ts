@@ -16,6 +16,8 @@ export const C_DAMAGED = 9;
 export const C_FRAGMENTS = 10;
 export const C_LOOKUPS = 11;
 export const C_SCREENED = 12;
+/** Length of PathCounters.v. */
+export const COUNTER_SLOTS = 13;
 
 /**
  * Totals of a packet path. Bytes are wire lengths. The packet path adds to
@@ -24,7 +26,16 @@ export const C_SCREENED = 12;
  * read and set `v`.
  */
 export class PathCounters {
-  readonly v = new Float64Array(13);
+  readonly v: Float64Array;
+  /**
+   * `v`: where the totals live, COUNTER_SLOTS long; by default a new array.
+   * The packet workers give a view into a SharedArrayBuffer, which the main
+   * thread reads for /metrics without messaging (daemon/packet-workers.ts).
+   */
+  constructor(v: Float64Array = new Float64Array(COUNTER_SLOTS)) {
+    if (v.length < COUNTER_SLOTS) throw new RangeError(`path counters need ${COUNTER_SLOTS} slots, got ${v.length}`);
+    this.v = v;
+  }
   get packets(): number { return this.v[C_PACKETS]!; }
   set packets(x: number) { this.v[C_PACKETS] = x; }
   get bytes(): number { return this.v[C_BYTES]!; }

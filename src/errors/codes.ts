@@ -95,6 +95,7 @@ export const ERRORS = Object.freeze({
   RULESET_TOO_MANY_LISTS: def(6005, 400, 'more lists referenced than the engine supports'),
   RULESET_BAD_EXECUTE: def(6006, 400, 'an execute rule names a missing or unusable managed ruleset'),
   BUNDLE_LOADER_FAILED: def(6008, 500, 'the daemon\'s bundle loader (its worker thread) stopped during a load; the reload is rejected'),
+  PACKET_WORKER_FAILED: def(6009, 500, 'a packet worker thread could not start, prepare a bundle, or stopped during a swap; the bundle is rejected for all workers'),
 
   // 7xxx: the HTTP API (routing, requests, authentication, resources)
   API_NO_ROUTE: def(7000, 404, 'no route for that URI'),

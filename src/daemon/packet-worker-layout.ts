@@ -1,0 +1,102 @@
+// What the packet workers (packet-worker.ts) and the thread that runs them
+// (packet-workers.ts) share: the messages between them, and the layout of the
+// SharedArrayBuffers through which the running generation is flipped and the
+// counters are read without messaging.
+
+import type { BatchPortOptions } from '../capture/index.js';
+import { COUNTER_SLOTS, type LoadErrorData, type TransferredBundle, type UndecodablePolicy } from '../engine/index.js';
+
+/** The control words (an Int32Array over a SharedArrayBuffer): the generation every worker judges with. */
+export const CTL_GEN = 0;
+export const CTL_SLOTS = 4;
+
+/** A worker's own totals, at the start of its Float64Array. */
+export const W_BATCHES = 0;
+export const W_FRAMES = 1;
+/** The generation this worker judges with (it adopts the flipped one at its next batch). */
+export const W_GEN = 2;
+/** Longest step of a swap's prepare on this worker's event loop (wall-clock ms, so a thread descheduled meanwhile counts): what a swap stalls its packet loop. */
+export const W_LONGEST_STEP_MS = 3;
+export const W_HEADER = 8;
+
+/** A port's BatchPort stats, after its PathCounters (COUNTER_SLOTS) in its block. */
+export const S_PACKETS = 0;
+export const S_BYTES = 1;
+export const S_RING_DROPS = 2;
+export const S_FREEZES = 3;
+export const S_TRUNCATED = 4;
+export const S_BATCHES = 5;
+export const S_SENT = 6;
+export const S_SEND_ERRORS = 7;
+/** 1 while the link is up. */
+export const S_LINK_UP = 8;
+/** Frames of this port passed without judging (a port whose `judge` is false). */
+export const S_UNJUDGED = 9;
+export const S_SLOTS = 10;
+export const PORT_SLOTS = COUNTER_SLOTS + S_SLOTS;
+
+/** Float64 slots of one worker's counters with `ports` ports. */
+export const workerSlots = (ports: number): number => W_HEADER + ports * PORT_SLOTS;
+
+/** A module and the name of the BatchPortOpener it exports (functions do not cross threads; a module does). */
+export interface OpenerRef {
+  /** A specifier the worker can import(): a file: URL or a package name. */
+  readonly module: string;
+  readonly name: string;
+}
+
+/** One port of a worker. */
+export interface PortSpec {
+  readonly iface: string;
+  /** Given to the opener as is (the ring engine's, or a replay port's ReplayPortOptions). */
+  readonly options?: BatchPortOptions | undefined;
+  /** Whether the frames read on this port are judged (true) or passed unjudged (false: the inside port of an inline daemon). */
+  readonly judge: boolean;
+  /** Index of the port the passed frames are forwarded out of (inline); null: judged only (monitor). */
+  readonly peer: number | null;
+}
+
+/** How a worker's packet paths are made. */
+export interface PathSettings {
+  readonly colo?: { name?: string | undefined; region?: string | undefined } | undefined;
+  readonly undecodable?: UndecodablePolicy | undefined;
+}
+
+/** The workerData of a packet worker. */
+export interface PacketWorkerData {
+  readonly index: number;
+  readonly control: SharedArrayBuffer;
+  readonly counters: SharedArrayBuffer;
+  readonly opener: OpenerRef;
+  readonly ports: readonly PortSpec[];
+  readonly paths: PathSettings;
+  readonly gen: number;
+  readonly bundle: TransferredBundle;
+  /** For tests: this worker fails to prepare any bundle after its first (a worker that cannot take a bundle the others can). */
+  readonly failPrepare?: boolean | undefined;
+  /** For tests: this worker takes this many ms longer to prepare each bundle after its first (a worker on a busy core), its batches running meanwhile. */
+  readonly slowPrepareMs?: number | undefined;
+}
+
+/** What a prepare cost the worker's event loop. */
+export interface PrepareCost {
+  /** Making the functions and wrapping the table (one step). */
+  readonly importMs: number;
+  /** Building the ports' paths (one step). */
+  readonly pathsMs: number;
+  /** Warm-up slices, and the longest (ms). */
+  readonly slices: number;
+  readonly longestSliceMs: number;
+}
+
+export type ToWorker =
+  | { readonly type: 'prepare'; readonly gen: number; readonly bundle: TransferredBundle }
+  | { readonly type: 'discard'; readonly gen: number }
+  | { readonly type: 'stop' };
+
+export type FromWorker =
+  | { readonly type: 'ready'; readonly gen: number; readonly cost: PrepareCost; readonly tableShared: boolean; readonly tableBytes: number }
+  | { readonly type: 'prepared'; readonly gen: number; readonly ok: true; readonly cost: PrepareCost; readonly at: string }
+  | { readonly type: 'prepared'; readonly gen: number; readonly ok: false; readonly error: LoadErrorData }
+  | { readonly type: 'failed'; readonly error: LoadErrorData }
+  | { readonly type: 'stopped' };

@@ -1,0 +1,177 @@
+// A packet worker thread (node:worker_threads; started by packet-workers.ts):
+// opens its own batched ports, judges every frame of each batch with the
+// bundle's packet path and forwards the passed ones out of the peer port with
+// one forward() per batch, or passes a port's frames unjudged. A new bundle
+// is prepared here between batches (functions made, paths built, warm-up in
+// 1 ms slices) and adopted only when the main thread flips the shared
+// generation number, which it does once every worker has prepared it.
+
+import { parentPort, workerData } from 'node:worker_threads';
+import type { BatchPort, BatchPortOpener, FrameBatch } from '../capture/index.js';
+import { BundleImporter, COUNTER_SLOTS, loadErrorData, PacketPath, PathCounters, tableIsShared, type TransferredBundle } from '../engine/index.js';
+import {
+  CTL_GEN, PORT_SLOTS, S_BATCHES, S_BYTES, S_FREEZES, S_LINK_UP, S_PACKETS, S_RING_DROPS, S_SEND_ERRORS, S_SENT, S_TRUNCATED, S_UNJUDGED,
+  W_BATCHES, W_FRAMES, W_GEN, W_HEADER, W_LONGEST_STEP_MS,
+  type FromWorker, type PacketWorkerData, type PrepareCost, type ToWorker,
+} from './packet-worker-layout.js';
+
+/** Longest warm-up slice between two batches (as Daemon.warmedPaths). */
+const WARM_SLICE_MS = 1;
+/** How often the ports' stats are copied into the shared counters (stats() makes an object: not per batch). */
+const STATS_EVERY_MS = 100;
+
+const port = parentPort;
+if (port === null) throw new Error('packet-worker.js runs as a worker thread (see packet-workers.ts)');
+const data = workerData as PacketWorkerData;
+const control = new Int32Array(data.control);
+const totals = new Float64Array(data.counters);
+const specs = data.ports;
+const counters = specs.map((_, p) => new PathCounters(totals.subarray(W_HEADER + p * PORT_SLOTS, W_HEADER + p * PORT_SLOTS + COUNTER_SLOTS)));
+const statsBase = (p: number): number => W_HEADER + p * PORT_SLOTS + COUNTER_SLOTS;
+const importer = new BundleImporter();
+const send = (m: FromWorker): void => port.postMessage(m);
+
+/** The generation judged with, and its paths (one per port). */
+let gen = -1;
+let paths: PacketPath[] = [];
+/** A generation prepared, waiting for the flip. */
+let prepared: { gen: number; paths: PacketPath[] } | undefined;
+let ports: BatchPort[] = [];
+let statsTimer: NodeJS.Timeout | undefined;
+let prepares = 0;
+
+const tick = (): Promise<void> => new Promise((resolve) => setImmediate(resolve));
+
+function noteStep(ms: number): void {
+  if (ms > totals[W_LONGEST_STEP_MS]!) totals[W_LONGEST_STEP_MS] = ms;
+}
+
+// Prepares a bundle: each step is one turn of the event loop, batches run between them.
+async function prepare(b: TransferredBundle): Promise<{ paths: PacketPath[]; cost: PrepareCost }> {
+  const later = prepares++ > 0;
+  if (data.failPrepare === true && later) throw new Error(`packet worker ${data.index} was told to fail this prepare (a test)`);
+  if (data.slowPrepareMs !== undefined && later) await new Promise((resolve) => setTimeout(resolve, data.slowPrepareMs));
+  const t0 = performance.now();
+  const loaded = importer.import(b);
+  const importMs = performance.now() - t0;
+  noteStep(importMs);
+  await tick();
+  const t1 = performance.now();
+  const made = specs.map((_, p) => new PacketPath(loaded.evaluator, { table: loaded.table, counters: counters[p]!, colo: data.paths.colo, undecodable: data.paths.undecodable }));
+  const pathsMs = performance.now() - t1;
+  noteStep(pathsMs);
+  let slices = 0;
+  let longestSliceMs = 0;
+  const frames = loaded.evaluator.warmUpFrames.length;
+  // One warm-up serves every port: the feedback belongs to the bundle's generated code (see Daemon.swapIn).
+  for (let i = 0; made.length > 0 && frames > 0; ) {
+    await tick();
+    const t = performance.now();
+    i = made[0]!.warmUpSlice(i, WARM_SLICE_MS);
+    const ms = performance.now() - t;
+    slices++;
+    longestSliceMs = Math.max(longestSliceMs, ms);
+    noteStep(ms);
+    if (i >= frames) break;
+  }
+  return { paths: made, cost: { importMs, pathsMs, slices, longestSliceMs } };
+}
+
+// The generation was flipped: take the prepared paths (every worker has them: the flip waits for all).
+function adopt(g: number): void {
+  if (prepared === undefined || prepared.gen !== g) return; // not ours to judge with (cannot happen: see packet-workers.ts)
+  paths = prepared.paths;
+  gen = g;
+  prepared = undefined;
+  totals[W_GEN] = g;
+}
+
+// The packet loop: one call per batch. Allocates nothing.
+function onBatch(p: number, batch: FrameBatch): void {
+  const g = Atomics.load(control, CTL_GEN);
+  if (g !== gen) adopt(g);
+  const n = batch.count;
+  const pass = batch.pass;
+  const spec = specs[p]!;
+  if (spec.judge) {
+    const path = paths[p]!;
+    const bytes = batch.bytes;
+    const offset = batch.offset;
+    const caplen = batch.caplen;
+    const origLen = batch.origLen;
+    const lt = ports[p]!.linkType;
+    for (let i = 0; i < n; i++) pass[i] = path.process(bytes, offset[i]!, caplen[i]!, origLen[i]!, lt) ? 0 : 1;
+  } else {
+    for (let i = 0; i < n; i++) pass[i] = 1;
+    totals[statsBase(p) + S_UNJUDGED]! += n;
+  }
+  totals[W_BATCHES]!++;
+  totals[W_FRAMES]! += n;
+  if (spec.peer !== null) ports[spec.peer]!.forward(batch);
+}
+
+function copyStats(): void {
+  ports.forEach((bp, p) => {
+    const s = bp.stats();
+    const at = statsBase(p);
+    totals[at + S_PACKETS] = s.packets;
+    totals[at + S_BYTES] = s.bytes;
+    totals[at + S_RING_DROPS] = s.ringDrops;
+    totals[at + S_FREEZES] = s.freezes;
+    totals[at + S_TRUNCATED] = s.truncated;
+    totals[at + S_BATCHES] = s.batches;
+    totals[at + S_SENT] = s.sent;
+    totals[at + S_SEND_ERRORS] = s.sendErrors;
+    totals[at + S_LINK_UP] = s.link === 'up' ? 1 : 0;
+  });
+}
+
+async function start(): Promise<void> {
+  let ready: FromWorker;
+  try {
+    const first = await prepare(data.bundle);
+    paths = first.paths;
+    gen = data.gen;
+    // The first prepare runs before the ports open: it stalls no batch, so it is not a swap's step.
+    totals[W_LONGEST_STEP_MS] = 0;
+    totals[W_GEN] = gen;
+    const mod = (await import(data.opener.module)) as Record<string, unknown>;
+    const open = mod[data.opener.name];
+    if (typeof open !== 'function') throw new Error(`${data.opener.module} exports no BatchPortOpener named ${data.opener.name}`);
+    for (const s of specs) ports.push((open as BatchPortOpener)(s.iface, s.options ?? {}));
+    const table = data.bundle.table === null ? { shared: false, bytes: 0 } : tableIsShared(data.bundle.table);
+    ready = { type: 'ready', gen, cost: first.cost, tableShared: table.shared, tableBytes: table.bytes };
+  } catch (err) {
+    for (const bp of ports) bp.close();
+    ports = [];
+    send({ type: 'failed', error: loadErrorData(err) });
+    return;
+  }
+  ports.forEach((bp, p) => bp.onBatch((batch) => onBatch(p, batch)));
+  statsTimer = setInterval(copyStats, STATS_EVERY_MS);
+  send(ready);
+}
+
+port.on('message', (m: ToWorker) => {
+  if (m.type === 'prepare') {
+    prepare(m.bundle).then(
+      (r) => {
+        prepared = { gen: m.gen, paths: r.paths };
+        // Said at once, so that the main thread can flip as soon as the last worker is ready.
+        send({ type: 'prepared', gen: m.gen, ok: true, cost: r.cost, at: process.hrtime.bigint().toString() });
+      },
+      (err: unknown) => send({ type: 'prepared', gen: m.gen, ok: false, error: loadErrorData(err) }),
+    );
+  } else if (m.type === 'discard') {
+    if (prepared?.gen === m.gen) prepared = undefined;
+  } else {
+    if (statsTimer !== undefined) clearInterval(statsTimer);
+    copyStats();
+    for (const bp of ports) bp.close();
+    ports = [];
+    send({ type: 'stopped' });
+    port.close();
+  }
+});
+
+void start();
