@@ -80,7 +80,8 @@ function serverUser(): { name: string; uid: number; gid: number } | null {
 
 let probed: string | null | undefined;
 
-function probe(): string | null {
+/** Why the PostgreSQL tests cannot run here, or null when they can (not cached). */
+export function postgresProblem(): string | null {
   if (process.platform !== 'linux') return 'the PostgreSQL tests run on Linux';
   const bin = findBinDir();
   if ('problem' in bin) return bin.problem;
@@ -96,11 +97,10 @@ function probe(): string | null {
  * CI=true (.ci/install installs PostgreSQL), otherwise warns with the reason
  * and returns false so the tests skip.
  */
-export function requirePostgres(): boolean {
-  if (probed === undefined) probed = probe();
-  if (probed === null) return true;
-  if (process.env.CI === 'true') throw new Error(`the PostgreSQL tests cannot run: ${probed}; they are required when CI=true (.ci/install installs PostgreSQL)`);
-  console.warn(`${probed}: the PostgreSQL tests are skipped`);
+export function requirePostgres(problem: string | null = (probed ??= postgresProblem())): boolean {
+  if (problem === null) return true;
+  if (process.env.CI === 'true') throw new Error(`the PostgreSQL tests cannot run: ${problem}; they are required when CI=true (.ci/install installs PostgreSQL)`);
+  console.warn(`${problem}: the PostgreSQL tests are skipped`);
   return false;
 }
 

@@ -5,8 +5,8 @@
 import { spawnSync } from 'node:child_process';
 import { existsSync, readFileSync } from 'node:fs';
 import pg from 'pg';
-import { describe, expect, it } from 'vitest';
-import { requirePostgres, startCluster, sweepStaleClusters, usePostgres } from '../../support/postgres.js';
+import { describe, expect, it, vi } from 'vitest';
+import { postgresProblem, requirePostgres, startCluster, sweepStaleClusters, usePostgres } from '../../support/postgres.js';
 
 const RUN = requirePostgres();
 const cluster = usePostgres(RUN);
@@ -69,5 +69,24 @@ describe.skipIf(!RUN)('a throwaway PostgreSQL cluster', () => {
     expect(alive(orphan.pid)).toBe(false);
     expect(existsSync(orphan.dir)).toBe(false);
     expect(await scalar(cluster().url(), 'SELECT 1 AS one')).toBe(1);
+  });
+});
+
+describe('without PostgreSQL', () => {
+  it('the tests fail under CI=true, and skip with the reason otherwise', () => {
+    vi.stubEnv('MOAT_PG_BIN', '/nonexistent/bin');
+    try {
+      const problem = postgresProblem();
+      expect(problem).toBe('MOAT_PG_BIN=/nonexistent/bin has no pg_ctl');
+      vi.stubEnv('CI', 'true');
+      expect(() => requirePostgres(problem)).toThrow('the PostgreSQL tests cannot run: MOAT_PG_BIN=/nonexistent/bin has no pg_ctl; they are required when CI=true');
+      vi.stubEnv('CI', '');
+      const warn = vi.spyOn(console, 'warn').mockImplementation(() => undefined);
+      expect(requirePostgres(problem)).toBe(false);
+      expect(warn).toHaveBeenCalledWith('MOAT_PG_BIN=/nonexistent/bin has no pg_ctl: the PostgreSQL tests are skipped');
+      warn.mockRestore();
+    } finally {
+      vi.unstubAllEnvs();
+    }
   });
 });
