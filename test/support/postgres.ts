@@ -253,7 +253,7 @@ export interface PgCluster {
   readonly port: number;
   /** The superuser's password (it is in every URL). */
   readonly password: string;
-  /** The server's pid (the postmaster). */
+  /** The server's pid (the postmaster; a new one after restart()). */
   readonly pid: number;
   /** URL of database `name` (default `postgres`) as the superuser, over TCP on 127.0.0.1. */
   url(name?: string): string;
@@ -263,6 +263,10 @@ export interface PgCluster {
   admin<R extends pg.QueryResultRow = pg.QueryResultRow>(sql: string, params?: unknown[], db?: string): Promise<R[]>;
   /** pg_terminate_backend on every session of database `db` whose application_name matches (default: every session but the caller's). */
   terminate(db: string, applicationName?: string): Promise<number>;
+  /** Kills the server with SIGKILL (the postmaster; its backends follow), as a crash would. */
+  kill(): Promise<void>;
+  /** Starts the server again on the same port and data (after kill()). */
+  restart(): Promise<void>;
   /** Stops the server (immediate) and deletes its directory. */
   stop(): Promise<void>;
   /** The server's log so far (for failure messages). */
@@ -325,6 +329,22 @@ export async function startCluster(options: ClusterOptions = {}): Promise<PgClus
   }
 }
 
+/** The live children of process `pid` (a zombie is not live). */
+function backendsOf(pid: number): number[] {
+  const out: number[] = [];
+  for (const entry of readdirSync('/proc')) {
+    if (!/^\d+$/.test(entry)) continue;
+    try {
+      const stat = readFileSync(`/proc/${entry}/stat`, 'utf8');
+      const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
+      if (Number(fields[1]) === pid && fields[0] !== 'Z') out.push(Number(entry));
+    } catch {
+      // exited meanwhile
+    }
+  }
+  return out;
+}
+
 function readLog(dir: string): string {
   try {
     return readFileSync(join(dir, 'server.log'), 'utf8');
@@ -344,11 +364,15 @@ function makeCluster(binDir: string, dir: string, port: number, password: string
       await client.end();
     }
   };
+  let postmaster = pid;
+  const data = join(dir, 'data');
   return {
     dir,
     port,
     password,
-    pid,
+    get pid() {
+      return postmaster;
+    },
     url,
     admin,
     async createDatabase(prefix = 'moat_test') {
@@ -364,8 +388,39 @@ function makeCluster(binDir: string, dir: string, port: number, password: string
       );
       return Number(rows[0]!.n);
     },
+    async kill() {
+      const children = backendsOf(postmaster);
+      try {
+        process.kill(postmaster, 'SIGKILL');
+      } catch {
+        // already gone
+      }
+      // Its backends notice the postmaster's death and exit on their own (reparented meanwhile, so tracked by pid).
+      const running = (p: number): boolean => {
+        try {
+          const stat = readFileSync(`/proc/${p}/stat`, 'utf8');
+          return stat.slice(stat.lastIndexOf(')') + 2)[0] !== 'Z';
+        } catch {
+          return false;
+        }
+      };
+      for (let i = 0; i < 500 && children.some(running); i++) await new Promise((r) => setTimeout(r, 10));
+    },
+    async restart() {
+      let last = '';
+      // A new postmaster refuses to start while a backend of the old one still holds its shared memory.
+      for (let attempt = 0; attempt < 50; attempt++) {
+        const r = await runTool(binDir, dir, 'pg_ctl', ['start', '-D', data, '-w', '-t', '60', '-l', join(dir, 'server.log')]);
+        if (r.code === 0) {
+          postmaster = Number(readFileSync(join(data, 'postmaster.pid'), 'utf8').split('\n')[0]);
+          return;
+        }
+        last = `${r.stderr}${r.stdout}`;
+        await new Promise((res) => setTimeout(res, 100));
+      }
+      throw new Error(`pg_ctl start (restart) failed: ${last}\n${readLog(dir)}`);
+    },
     async stop() {
-      const data = join(dir, 'data');
       if (existsSync(join(data, 'postmaster.pid'))) await runTool(binDir, dir, 'pg_ctl', ['stop', '-D', data, '-m', 'immediate', '-w', '-t', '30']);
       rmSync(dir, { recursive: true, force: true });
       live.delete(dir);

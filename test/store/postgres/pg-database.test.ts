@@ -7,7 +7,7 @@ import { createServer } from 'node:net';
 import { afterEach, describe, expect, it } from 'vitest';
 import { MoatError } from '../../../src/errors/index.js';
 import { databaseUrlFrom, PgDatabase, redactUrl, type PgClient } from '../../../src/store/index.js';
-import { databaseOf, requirePostgres, usePostgres } from '../../support/postgres.js';
+import { databaseOf, requirePostgres, startCluster, usePostgres } from '../../support/postgres.js';
 
 const RUN = requirePostgres();
 const cluster = usePostgres(RUN);
@@ -284,5 +284,37 @@ describe.skipIf(!RUN)('LISTEN and NOTIFY', () => {
     await d.close();
     expect(listener.pid).toBeUndefined();
     await expect(d.query('SELECT 1')).rejects.toThrow();
+  });
+});
+
+describe.skipIf(!RUN)('a PostgreSQL server killed with SIGKILL', () => {
+  it('loses no acknowledged write, and the listener comes back with the server and says so', async () => {
+    const own = await startCluster();
+    try {
+      const url = await own.createDatabase();
+      const d = await PgDatabase.connect(url, { migrate: false, connectTimeoutMs: 1000 });
+      try {
+        await d.query('CREATE TABLE acked (n int PRIMARY KEY)');
+        const got: string[] = [];
+        let reconnects = 0;
+        await d.listen(['changes'], { onNotify: (_c, p) => got.push(p), onReconnect: () => reconnects++, minDelayMs: 20, maxDelayMs: 200 });
+        for (let n = 1; n <= 50; n++) await d.write((c) => c.query('INSERT INTO acked VALUES ($1)', [n]));
+        await own.kill();
+        // While it is down: 8021, naming the server.
+        const down = await failure(d.query('SELECT 1'));
+        expect(down.code).toBe(8021);
+        expect(down.message).toContain(`127.0.0.1:${own.port}/`);
+        await own.restart();
+        await waitFor(() => reconnects === 1);
+        expect(await d.query<{ n: number }>('SELECT count(*) AS n FROM acked')).toEqual([{ n: 50 }]);
+        await d.notify('changes', 'after the restart');
+        await waitFor(() => got.length === 1);
+        expect(got).toEqual(['after the restart']);
+      } finally {
+        await d.close();
+      }
+    } finally {
+      await own.stop();
+    }
   });
 });
