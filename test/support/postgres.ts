@@ -4,6 +4,8 @@
 // after. One cluster per test file (usePostgres() registers the hooks): start-up
 // is initdb --no-sync plus pg_ctl start, about 0.7 s on the shared development
 // machine; each test that needs a clean slate takes a new database in it.
+// kill() and restart() crash the server with SIGKILL and start it again on the
+// same port and data, for the tests of what survives a crash.
 //
 // PostgreSQL refuses to run as root. As root (CI runs as root), initdb and the
 // server run as the `postgres` user that Debian's postgresql-common package

@@ -218,12 +218,16 @@ describe.skipIf(!RUN)('write transactions', () => {
 describe.skipIf(!RUN)('lost connections', () => {
   it('idle connections killed by the server are replaced on the next query, without crashing the process', async () => {
     const url = await cluster().createDatabase();
-    const d = await connect(url, { migrate: false, applicationName: 'moat-idle' });
+    const logged: string[] = [];
+    const d = await connect(url, { migrate: false, applicationName: 'moat-idle', log: { warn: (m) => logged.push(m) } });
     await Promise.all([1, 2, 3].map(() => d.query('SELECT pg_sleep(0.05)')));
     const killed = await cluster().terminate(databaseOf(url), 'moat-idle');
     expect(killed).toBeGreaterThan(0);
     await waitFor(() => d.stats.idleErrors === killed);
     expect(await d.query<{ one: number }>('SELECT 1 AS one')).toEqual([{ one: 1 }]);
+    expect(logged).toHaveLength(killed);
+    expect(logged[0]).toMatch(new RegExp(`^PostgreSQL 127\\.0\\.0\\.1:${cluster().port}/${databaseOf(url)}: an idle connection was lost \\(cannot reach`));
+    for (const line of logged) expect(line).not.toContain(cluster().password);
   });
 
   it('a query whose connection is killed under it fails with 8021, naming the server', async () => {
