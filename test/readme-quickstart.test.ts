@@ -5,7 +5,7 @@
 // of running them): Debian 12 with and without its Node 18, Debian 13, a
 // NodeSource node (which ships npm: Debian's npm is never added beside it).
 import { spawnSync } from 'node:child_process';
-import { chmodSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { chmodSync, existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
@@ -203,6 +203,23 @@ describe.skipIf(bash === undefined)('.ci/install decides what Node.js needs', ()
     expect(r.code).toBe(1);
     expect(r.stdout).toBe('');
     expect(r.stderr).toMatch(/^moat install: (apt-get not found|run it as root)/);
+  });
+
+  it('installs PostgreSQL\'s server for the store\'s tests, and no system cluster with it', () => {
+    const r = plan({ node: 'v20.19.5', npm: true, candidate: DEBIAN_13 });
+    expect(r.code, r.stderr).toBe(0);
+    expect(r.installs).toContain('postgresql');
+    const dropIn = '/etc/postgresql-common/createcluster.d/moat-no-main-cluster.conf';
+    const lines = r.stdout.split('\n');
+    const install = lines.findIndex((l) => l.startsWith('+ apt-get install'));
+    if (existsSync(dropIn)) {
+      // Written before (or the operator's own): kept as it is.
+      expect(lines.some((l) => l.includes(dropIn))).toBe(false);
+    } else {
+      const write = lines.indexOf(`+ write ${dropIn}: create_main_cluster = false`);
+      expect(write, r.stdout).toBeGreaterThanOrEqual(0);
+      expect(write, 'the drop-in is written before the package is installed').toBeLessThan(install);
+    }
   });
 
   it('on this machine, as CI runs it, the plan succeeds with the node on the PATH', () => {

@@ -173,6 +173,10 @@ export const ERRORS = Object.freeze({
   STORE_NEWER_SCHEMA: def(8004, 500, 'the database was written by a newer Moat'),
   STORE_NO_DATABASE: def(8005, 404, 'no database in the data directory (only `moat serve` creates one)'),
   STORE_PERMISSIONS: def(8006, 500, 'the data directory or a file in it is open to other users and cannot be made owner-only'),
+  // 802x: the PostgreSQL store (#20)
+  STORE_BAD_URL: def(8020, 400, 'the database URL is not a postgres:// (or postgresql://) URL'),
+  STORE_UNREACHABLE: def(8021, 503, 'the PostgreSQL server cannot be reached, or the connection to it was lost'),
+  STORE_LOGIN_REFUSED: def(8022, 500, 'the PostgreSQL server refused the login: user, password or database'),
 
   // 93xx: health monitoring
   HEALTH_LISTENER_FAILED: def(9300, 500, 'a health event listener failed: the probe result and its events were rolled back'),

@@ -30,3 +30,4 @@ export {
 } from './daemons.js';
 export type { Health, HealthEvent, HealthEventListener } from './health-event.js';
 export { LoadBalancingStore, type MonitorRow, type PoolRow, type OriginHealthRow, type HealthEventRow, type ProbeRecord } from './load-balancing.js';
+export * from './postgres/index.js';
