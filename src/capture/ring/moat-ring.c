@@ -165,8 +165,10 @@ static void on_closed(uv_handle_t *h) {
     napi_remove_async_cleanup_hook(c);
   }
   p->closed = 1;
-  // At teardown the JS object may never be finalized: free here.
-  if (p->teardown) p->finalized = 1;
+  // At teardown too, the JS object's finalizer runs (Node finalizes every
+  // wrapped object when an env ends), before or after this callback: the
+  // later of the two frees. Freeing here unconditionally was a double free
+  // (found by the worker test that ends a thread with its port open).
   free_if_done(p);
 }
 
