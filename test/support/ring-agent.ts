@@ -45,10 +45,10 @@ function hexToBytes(hex: string): Uint8Array {
   return Uint8Array.from(Buffer.from(hex, 'hex'));
 }
 
-/** Frames to record: the test EtherType, or IPv4 (the fanout test's UDP flows). */
+/** Frames to record: the test EtherType, IPv4 (the fanout test's UDP flows) or 802.1Q-tagged. */
 function wanted(bytes: Uint8Array, off: number): boolean {
   const type = (bytes[off + 12]! << 8) | bytes[off + 13]!;
-  return type === TEST_ETHERTYPE || type === 0x0800;
+  return type === TEST_ETHERTYPE || type === 0x0800 || type === 0x8100;
 }
 
 function record(slot: Slot, b: FrameBatch): void {
