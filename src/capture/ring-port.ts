@@ -126,7 +126,7 @@ function tryLoad(): RingNative | undefined {
   if (path === undefined) {
     loadProblem =
       `the ring engine's addon is not built (looked for ${candidates.join(', ')}); ` +
-      'npm ci builds it (node-gyp rebuild --directory=src/capture/ring, which needs a C compiler and make)';
+      'npm ci builds it, and so does npm run build:ring (node-gyp rebuild --directory=src/capture/ring: it needs python3, make and a C compiler)';
     return undefined;
   }
   try {
