@@ -234,6 +234,19 @@ describe.runIf(canRun)('ring ports between network namespaces', () => {
     await g.call('close', { id: 'rx' });
   }, 60_000);
 
+  it('gives the slots of a batch back to the kernel even when its handler throws, and logs the throw', async () => {
+    await g.call('open', { id: 'rx', iface: 'ga', options: { ringBytes: 65_536 }, throwing: true }); // 32 slots
+    const sent = Array.from({ length: 96 }, (_, i) => testFrame(3500 + i, 0));
+    for (let i = 0; i < sent.length; i += 16) {
+      await a.call('send', { id: 'a', frames: sent.slice(i, i + 16) });
+      await until(async () => (await g.stats('rx')).packets >= i + 16);
+    }
+    expect((await g.frames('rx')).map((f) => f.hex)).toEqual(sent); // three times the ring: its slots came back
+    expect((await g.stats('rx')).ringDrops).toBe(0);
+    expect(g.proc.stderr).toMatch(/ring port ga: the batch handler threw \(1 so far\): handler failure on purpose/);
+    await g.call('close', { id: 'rx' });
+  }, 60_000);
+
   it('counts frames longer than a slot as truncated and never forwards them', async () => {
     await g.call('open', { id: 'ga', iface: 'ga', options: { ringBytes: 1 << 20 } });
     await g.call('open', { id: 'gb', iface: 'gb', options: { ringBytes: 1 << 20 } });

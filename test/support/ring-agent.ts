@@ -146,6 +146,7 @@ async function handle(cmd: Command): Promise<Record<string, unknown>> {
       ports.set(id, slot);
       port.onBatch((b) => {
         if (slot.collect) record(slot, b);
+        if (cmd.throwing === true) throw new Error('handler failure on purpose');
       });
       port.onLink((state, reason) => say({ op: 'link', id, state, reason, at: Date.now() }));
       return { link: port.stats().link };
