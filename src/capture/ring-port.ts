@@ -335,6 +335,10 @@ class RingPort implements BatchPort {
       }
       // The handler may have closed the port (or lost it): release only a live one.
       if (this.port === port) n.release(port);
+      // A short batch emptied the ring: skip the empty recv() that would confirm it
+      // (0.4-0.5 us under load, as much as a batch's own crossings). Frames that came
+      // in meanwhile make the level-triggered poll call again at once.
+      if (count < this.options.batchMax) return;
     }
   }
 
