@@ -11,8 +11,9 @@
 // importing this module needs neither the addon nor a Linux kernel. Each
 // worker thread loading it gets its own instance (N-API instance data).
 //
-// Per batch the JS side allocates nothing: the offset/caplen/origLen/pass
-// arrays and the batch object are made once per port and refilled; the
+// Per batch the JS side allocates nothing: the batch object and its arrays
+// are made once per port (offset/caplen/origLen over memory of the native
+// port, which recv() fills without typed-array lookups) and refilled; the
 // native calls take and return small integers (Smis). Measured costs behind
 // the design (../shared/reference/inline-capture.md): a JS -> native call is
 // ~14 ns, a native -> JS callback per packet 105-200 ns, so the port crosses
@@ -20,9 +21,11 @@
 // a frame), and sends with one sendmmsg per batch (1.28-1.41 us a frame vs
 // 1.7-1.9 us for one sendto each). Measured on this engine (2 vCPU shared with
 // other jobs, load average 10.8 on 2 cores, so read as upper bounds): recv()
-// on an empty ring 0.60-0.74 us, release() 0.18-0.21 us (argument checks and
-// napi_unwrap dominate), so a full batch of 64 pays ~13 ns a frame of
-// crossings; receiving and releasing full batches 25-63 ns a frame; sendmmsg
+// on an empty ring cost 0.44-0.74 us when it took the three arrays as
+// arguments (three napi_get_typedarray_info; a call doing nothing 42-55 ns in
+// that run), hence the arrays in native memory: now 85-94 ns (a call doing
+// nothing 16-21 ns, release() 74-83 ns, in that run), so a full batch of 64
+// pays ~3 ns a frame of crossings; receiving and releasing full batches 25-63 ns a frame; sendmmsg
 // of 64 frames onto a veth 3.4-4.2 us a frame under that load.
 //
 // Fanout: PACKET_FANOUT_HASH without PACKET_FANOUT_FLAG_DEFRAG. With DEFRAG
@@ -70,6 +73,8 @@ const MAX_BATCHES_PER_EVENT = 64;
 
 interface NativePort {
   readonly ring: ArrayBuffer;
+  /** The batch arrays recv() fills, uint32 each: offset[batchMax], caplen[batchMax], origLen[batchMax]. */
+  readonly meta: ArrayBuffer;
   readonly slots: number;
   readonly slotBytes: number;
   readonly ifindex: number;
@@ -82,6 +87,7 @@ interface RingNative {
     name: string,
     slotBytes: number,
     ringBytes: number,
+    batchMax: number,
     fanoutGroup: number,
     fanoutDefrag: boolean,
     promiscuous: boolean,
@@ -89,7 +95,7 @@ interface RingNative {
     qdiscBypass: boolean,
     onEvent: (code: number) => void,
   ): NativePort;
-  recv(port: NativePort, offset: Uint32Array, caplen: Uint32Array, origLen: Uint32Array, max: number): number;
+  recv(port: NativePort): number;
   release(port: NativePort): void;
   send(
     port: NativePort,
@@ -227,20 +233,33 @@ function openError(iface: string, err: unknown): MoatError {
 
 // ---- the port ----
 
-/** The batch object of a port: made once, refilled for every batch. */
+/**
+ * The batch object of a port: made once, refilled for every batch. Its views
+ * are over the native port's memory (the ring, and the arrays recv() fills),
+ * so they are replaced when the port reopens after a link loss.
+ */
 class RingBatch implements FrameBatch {
-  bytes: Uint8Array;
+  bytes = new Uint8Array(0);
   count = 0;
-  readonly offset: Uint32Array;
-  readonly caplen: Uint32Array;
-  readonly origLen: Uint32Array;
+  offset = new Uint32Array(0);
+  caplen = new Uint32Array(0);
+  origLen = new Uint32Array(0);
   readonly pass: Uint8Array;
   constructor(batchMax: number) {
-    this.bytes = new Uint8Array(0);
-    this.offset = new Uint32Array(batchMax);
-    this.caplen = new Uint32Array(batchMax);
-    this.origLen = new Uint32Array(batchMax);
     this.pass = new Uint8Array(batchMax);
+  }
+  /** Views over a newly opened native port. */
+  attach(port: NativePort, batchMax: number): void {
+    this.bytes = new Uint8Array(port.ring);
+    this.offset = new Uint32Array(port.meta, 0, batchMax);
+    this.caplen = new Uint32Array(port.meta, 4 * batchMax, batchMax);
+    this.origLen = new Uint32Array(port.meta, 8 * batchMax, batchMax);
+  }
+  /** The port closed: its memory is detached (every view reads empty); so are these. */
+  detach(): void {
+    this.bytes = new Uint8Array(0);
+    this.offset = this.caplen = this.origLen = new Uint32Array(0);
+    this.count = 0;
   }
 }
 
@@ -289,6 +308,7 @@ class RingPort implements BatchPort {
       this.iface,
       o.slotBytes,
       o.ringBytes,
+      o.batchMax,
       o.fanoutGroup,
       false,
       o.promiscuous,
@@ -296,7 +316,7 @@ class RingPort implements BatchPort {
       o.qdiscBypass,
       this.onEvent,
     );
-    this.batch.bytes = new Uint8Array(this.port.ring);
+    this.batch.attach(this.port, o.batchMax);
     this.link = 'up';
   }
 
@@ -308,8 +328,7 @@ class RingPort implements BatchPort {
     if (this.now[S_LAST_ERRNO]! !== 0) this.base[S_LAST_ERRNO] = this.now[S_LAST_ERRNO]!;
     this.port = undefined;
     this.native.close(port);
-    this.batch.bytes = new Uint8Array(0);
-    this.batch.count = 0;
+    this.batch.detach();
   }
 
   private event(code: number): void {
@@ -322,7 +341,7 @@ class RingPort implements BatchPort {
     for (let round = 0; round < MAX_BATCHES_PER_EVENT; round++) {
       const port = this.port;
       if (port === undefined) return;
-      const count = n.recv(port, b.offset, b.caplen, b.origLen, this.options.batchMax);
+      const count = n.recv(port);
       if (count === 0) return;
       b.count = count;
       b.pass.fill(0, 0, count);

@@ -14,10 +14,10 @@
 // Lifetime, without use-after-free by design:
 // * a port's JS object is held strongly (self_ref) while the port is open, so
 //   an open port is never finalized; close() drops that hold;
-// * close() stops the poll, DETACHES the ring's ArrayBuffer (every view of it
-//   in JS becomes length 0) and only then starts uv_close; the ring is
-//   unmapped and the socket closed in the close callback, when libuv no
-//   longer references the handle;
+// * close() stops the poll, DETACHES the ring's ArrayBuffer and the batch
+//   arrays' (every view of them in JS becomes length 0) and only then starts
+//   uv_close; the ring is unmapped, the arrays freed and the socket closed in
+//   the close callback, when libuv no longer references the handle;
 // * the port's memory is freed when both the close callback and the JS
 //   object's finalizer have run, whichever is last;
 // * an ending worker thread or process closes its open ports through an async
@@ -69,9 +69,14 @@ typedef struct port {
   uint32_t slots, slot_bytes, block_bytes, slots_per_block;
   uint32_t rx_head;    // next slot to read
   uint32_t rx_pending; // slots handed to JS and not yet released (they end at rx_head)
+  // The batch arrays recv fills: offset, caplen and origLen, batch_max each,
+  // in one buffer that JS sees as an external ArrayBuffer (like the ring), so
+  // recv needs no typed-array lookups (napi_get_typedarray_info ~80 ns each).
+  uint32_t *meta;
+  uint32_t batch_max;
   uv_poll_t poll;
   int closing, closed, finalized, teardown;
-  napi_ref self_ref, cb_ref, ring_ref;
+  napi_ref self_ref, cb_ref, ring_ref, meta_ref;
   napi_async_context actx;
   napi_async_cleanup_hook_handle cleanup;
   struct mmsghdr *msgs;
@@ -157,8 +162,10 @@ static void on_closed(uv_handle_t *h) {
   p->fd = -1;
   free(p->msgs);
   free(p->iov);
+  free(p->meta);
   p->msgs = NULL;
   p->iov = NULL;
+  p->meta = NULL;
   if (p->cleanup != NULL) {
     napi_async_cleanup_hook_handle c = p->cleanup;
     p->cleanup = NULL;
@@ -294,33 +301,40 @@ static napi_value js_if_state(napi_env env, napi_callback_info info) {
 }
 
 /**
- * open(name, slotBytes, ringBytes, fanoutGroup (-1: none), fanoutDefrag,
- *      promiscuous, ignoreOutgoing, qdiscBypass, onEvent)
- * -> { ring: ArrayBuffer, slots, slotBytes, ifindex }
+ * open(name, slotBytes, ringBytes, batchMax, fanoutGroup (-1: none),
+ *      fanoutDefrag, promiscuous, ignoreOutgoing, qdiscBypass, onEvent)
+ * -> { ring: ArrayBuffer, meta: ArrayBuffer, slots, slotBytes, ifindex }
+ * meta holds the batch arrays recv fills: offset, caplen, origLen (uint32,
+ * batchMax each, in that order).
  * onEvent(0) when the socket is readable, onEvent(-errno) when it failed
  * (the interface went down or away); `this` is the returned object.
  */
 static napi_value js_open(napi_env env, napi_callback_info info) {
-  size_t argc = 9;
-  napi_value argv[9];
+  size_t argc = 10;
+  napi_value argv[10];
   CHECK(napi_get_cb_info(env, info, &argc, argv, NULL, NULL));
-  if (argc < 9) {
-    napi_throw_type_error(env, NULL, "moat-ring: open takes 9 arguments");
+  if (argc < 10) {
+    napi_throw_type_error(env, NULL, "moat-ring: open takes 10 arguments");
     return NULL;
   }
   char name[IFNAMSIZ + 1];
   size_t nlen = 0;
-  uint32_t slot_bytes, ring_bytes;
+  uint32_t slot_bytes, ring_bytes, batch_max;
   int32_t fanout;
   bool defrag, promisc, ignore_out, bypass;
   CHECK(napi_get_value_string_utf8(env, argv[0], name, sizeof name, &nlen));
   CHECK(napi_get_value_uint32(env, argv[1], &slot_bytes));
   CHECK(napi_get_value_uint32(env, argv[2], &ring_bytes));
-  CHECK(napi_get_value_int32(env, argv[3], &fanout));
-  CHECK(napi_get_value_bool(env, argv[4], &defrag));
-  CHECK(napi_get_value_bool(env, argv[5], &promisc));
-  CHECK(napi_get_value_bool(env, argv[6], &ignore_out));
-  CHECK(napi_get_value_bool(env, argv[7], &bypass));
+  CHECK(napi_get_value_uint32(env, argv[3], &batch_max));
+  CHECK(napi_get_value_int32(env, argv[4], &fanout));
+  CHECK(napi_get_value_bool(env, argv[5], &defrag));
+  CHECK(napi_get_value_bool(env, argv[6], &promisc));
+  CHECK(napi_get_value_bool(env, argv[7], &ignore_out));
+  CHECK(napi_get_value_bool(env, argv[8], &bypass));
+  if (batch_max == 0 || batch_max > 65536) {
+    napi_throw_range_error(env, NULL, "moat-ring: batchMax out of range");
+    return NULL;
+  }
 
   unsigned ifindex = if_nametoindex(name);
   if (ifindex == 0) {
@@ -377,8 +391,9 @@ static napi_value js_open(napi_env env, napi_callback_info info) {
   port_t *p = calloc(1, sizeof *p);
   struct mmsghdr *msgs = calloc(SEND_CHUNK, sizeof *msgs);
   struct iovec *iov = calloc(SEND_CHUNK, sizeof *iov);
-  if (p == NULL || msgs == NULL || iov == NULL) {
-    free(p), free(msgs), free(iov);
+  uint32_t *meta = calloc((size_t)batch_max * 3, sizeof *meta);
+  if (p == NULL || msgs == NULL || iov == NULL || meta == NULL) {
+    free(p), free(msgs), free(iov), free(meta);
     errno = ENOMEM;
     step = "allocation";
     goto fail;
@@ -398,6 +413,8 @@ static napi_value js_open(napi_env env, napi_callback_info info) {
   p->slots_per_block = per_block;
   p->msgs = msgs;
   p->iov = iov;
+  p->meta = meta;
+  p->batch_max = batch_max;
 
   napi_value obj, ab, v, name_v;
   CHECK(napi_create_object(env, &obj));
@@ -405,6 +422,9 @@ static napi_value js_open(napi_env env, napi_callback_info info) {
   // the ring is unmapped by close, after this buffer is detached.
   CHECK(napi_create_external_arraybuffer(env, ring, ring_len, NULL, NULL, &ab));
   CHECK(napi_set_named_property(env, obj, "ring", ab));
+  napi_value meta_ab;
+  CHECK(napi_create_external_arraybuffer(env, meta, (size_t)batch_max * 3 * sizeof *meta, NULL, NULL, &meta_ab));
+  CHECK(napi_set_named_property(env, obj, "meta", meta_ab));
   CHECK(napi_create_uint32(env, p->slots, &v));
   CHECK(napi_set_named_property(env, obj, "slots", v));
   CHECK(napi_create_uint32(env, slot_bytes, &v));
@@ -413,8 +433,9 @@ static napi_value js_open(napi_env env, napi_callback_info info) {
   CHECK(napi_set_named_property(env, obj, "ifindex", v));
   CHECK(napi_wrap(env, obj, p, on_finalize, NULL, NULL));
   CHECK(napi_create_reference(env, obj, 1, &p->self_ref));
-  CHECK(napi_create_reference(env, argv[8], 1, &p->cb_ref));
+  CHECK(napi_create_reference(env, argv[9], 1, &p->cb_ref));
   CHECK(napi_create_reference(env, ab, 0, &p->ring_ref)); // weak: only to detach it at close if still alive
+  CHECK(napi_create_reference(env, meta_ab, 0, &p->meta_ref));
   CHECK(napi_create_string_utf8(env, "MoatRingPort", NAPI_AUTO_LENGTH, &name_v));
   CHECK(napi_async_init(env, obj, name_v, &p->actx));
 
@@ -444,29 +465,20 @@ fail: {
 }
 
 /**
- * recv(port, offset, caplen, origLen, max) -> n: the next n (<= max) frames
- * the kernel has handed over, in ring order, never waiting. They stay the
- * caller's until release(port).
+ * recv(port) -> n: the next n (<= batchMax) frames the kernel has handed
+ * over, in ring order, never waiting, written into the port's meta arrays.
+ * They stay the caller's until release(port).
  */
 static napi_value js_recv(napi_env env, napi_callback_info info) {
-  size_t argc = 5;
-  napi_value argv[5], out;
+  size_t argc = 1;
+  napi_value argv[1], out;
   CHECK(napi_get_cb_info(env, info, &argc, argv, NULL, NULL));
   port_t *p = unwrap_port(env, argv[0]);
   if (p == NULL) return NULL;
-  size_t n_off, n_cap, n_orig;
-  uint32_t *off = typed(env, argv[1], &n_off), *cap = typed(env, argv[2], &n_cap), *orig = typed(env, argv[3], &n_orig);
-  uint32_t max;
-  CHECK(napi_get_value_uint32(env, argv[4], &max));
-  if (off == NULL || cap == NULL || orig == NULL) {
-    napi_throw_type_error(env, NULL, "moat-ring: recv needs three Uint32Arrays");
-    return NULL;
-  }
-  if (max > n_off) max = (uint32_t)n_off;
-  if (max > n_cap) max = (uint32_t)n_cap;
-  if (max > n_orig) max = (uint32_t)n_orig;
   uint32_t n = 0;
   if (!p->closing) {
+    uint32_t max = p->batch_max;
+    uint32_t *off = p->meta, *cap = p->meta + max, *orig = p->meta + 2 * (size_t)max;
     // Room before a frame's MAC header that holds nothing we need (the
     // tpacket2_hdr and the sockaddr_ll the kernel writes after it).
     const uint32_t header_end = TPACKET_ALIGN(sizeof(struct tpacket2_hdr)) + sizeof(struct sockaddr_ll);
@@ -637,7 +649,10 @@ static napi_value js_close(napi_env env, napi_callback_info info) {
   uv_poll_stop(&p->poll);
   napi_value ab;
   if (napi_get_reference_value(env, p->ring_ref, &ab) == napi_ok && ab != NULL) CHECK(napi_detach_arraybuffer(env, ab));
+  if (napi_get_reference_value(env, p->meta_ref, &ab) == napi_ok && ab != NULL) CHECK(napi_detach_arraybuffer(env, ab));
   napi_delete_reference(env, p->ring_ref);
+  napi_delete_reference(env, p->meta_ref);
+  p->meta_ref = NULL;
   napi_delete_reference(env, p->cb_ref);
   p->ring_ref = p->cb_ref = NULL;
   napi_async_destroy(env, p->actx);
