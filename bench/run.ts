@@ -1,5 +1,5 @@
 // Runs the benchmarks: `npm run bench [-- name...]` (names: expr, pcap-reader, pipeline, swap, workers,
-// address-table, inline, api, channel, health, soak). Without names every benchmark but the 10-minute soak runs. inline and
+// address-table, inline, ring, api, channel, health, soak). Without names every benchmark but the 10-minute soak runs. inline, ring and
 // soak need root, iperf3 and network namespaces.
 import { runAddressTableBench } from './address-table.bench.js';
 import { runApiBench } from './api.bench.js';
@@ -9,6 +9,7 @@ import { runHealthBench } from './health.bench.js';
 import { runInlineBench } from './inline.bench.js';
 import { runPcapReaderBench } from './pcap-reader.bench.js';
 import { runPipelineBench } from './pipeline.bench.js';
+import { runRingBench } from './ring.bench.js';
 import { runSoak } from './soak.bench.js';
 import { runSwapBench } from './swap.bench.js';
 import { runWorkersBench } from './workers.bench.js';
@@ -21,6 +22,7 @@ const BENCHES: Record<string, () => void | Promise<void>> = {
   workers: runWorkersBench,
   'address-table': runAddressTableBench,
   inline: runInlineBench,
+  ring: runRingBench,
   api: runApiBench,
   channel: runChannelBench,
   health: runHealthBench,

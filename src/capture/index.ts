@@ -1,6 +1,6 @@
 // Public face of the capture module: packets from capture files (pcap and pcapng
 // reader, pcap writer) and from interfaces (libpcap live capture, which also sends,
-// behind the FrameSource interface the daemon takes).
+// behind the FrameSource interface the daemon takes; the ring engine's batched ports).
 // LINKTYPE (the link-layer type numbers) is the packet layer's, re-exported here.
 export { LINKTYPE } from '../packet/index.js';
 export {
@@ -35,6 +35,15 @@ export {
 export type { FrameSource, SourceStats } from './source.js';
 export type { BatchPort, BatchPortOpener, BatchPortOptions, BatchPortStats, FrameBatch } from './batch-port.js';
 export { ReplayBatchPort, openReplayPort, type ReplayPortOptions } from './replay-batch-port.js';
+export {
+  openRingPort,
+  ringEngineAvailable,
+  ringLivePorts,
+  RING_DEFAULT_RING_BYTES,
+  RING_DEFAULT_SLOT_BYTES,
+  RING_DEFAULT_BATCH_MAX,
+  RING_RELINK_INTERVAL_MS,
+} from './ring-port.js';
 export {
   LiveCapture,
   LIVE_CAPTURE_DEFAULT_RING_BYTES,

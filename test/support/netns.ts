@@ -31,10 +31,12 @@ import { delimiter, join } from 'node:path';
 import { fileURLToPath, pathToFileURL } from 'node:url';
 
 /** Prefix of every namespace the harness creates. */
-export const NETNS_PREFIX = 'moat-t-';
+// MOAT_NETNS_PREFIX (letters, digits, '-') renames them, so that runs sharing a
+// machine (parallel worktrees) never sweep each other's namespaces.
+export const NETNS_PREFIX = /^[a-z][a-z0-9-]{0,8}$/.test(process.env.MOAT_NETNS_PREFIX ?? '') ? process.env.MOAT_NETNS_PREFIX! : 'moat-t-';
 
 const ROOT = fileURLToPath(new URL('../..', import.meta.url));
-const NS_NAME = /^moat-t-(\d+)-(\d+)$/;
+const NS_NAME = new RegExp(`^${NETNS_PREFIX}(\\d+)-(\\d+)$`);
 const DEFAULT_TIMEOUT_MS = 30_000;
 
 /** File URL of a file of the project (for imports in nodeIn scripts). */
@@ -261,7 +263,7 @@ export function sweepStaleNamespaces(): string[] {
   swept = true;
   try {
     for (const entry of readdirSync(tmpdir())) {
-      const m = /^moat-t-(\d+)-/.exec(entry);
+      const m = new RegExp(`^${NETNS_PREFIX}(\\d+)-`).exec(entry);
       if (m !== null && Number(m[1]) !== process.pid && !pidAlive(Number(m[1]))) {
         rmSync(join(tmpdir(), entry), { recursive: true, force: true });
       }
@@ -274,7 +276,7 @@ export function sweepStaleNamespaces(): string[] {
   const deleted: string[] = [];
   for (const line of list.stdout.split('\n')) {
     const name = line.trim().split(/\s+/)[0] ?? '';
-    const m = NS_NAME.exec(name) ?? /^moat-t-(\d+)-probe$/.exec(name);
+    const m = NS_NAME.exec(name) ?? new RegExp(`^${NETNS_PREFIX}(\\d+)-probe$`).exec(name);
     if (m === null) continue;
     const pid = Number(m[1]);
     if (pid === process.pid || pidAlive(pid)) continue;
