@@ -63,7 +63,7 @@ export async function intakeMessage(text: string, cache: BundleCache): Promise<I
       const t = listText(l.entries);
       if (listDigest(t) !== l.digest) return { kind: 'protocol', why: `list ${name}: its entries do not match its digest` };
       texts.set(l.digest, t);
-    } else if (!cache.hasList(l.digest)) {
+    } else if (!(await cache.hasList(l.digest))) {
       // Per the protocol: close, and the next hello says which lists this daemon holds.
       return { kind: 'protocol', why: `list ${name}: contents ${l.digest.slice(0, 12)} not held here` };
     }
