@@ -78,8 +78,8 @@ interface Side {
   readonly idle: number[];
   /** When the daemon's source last received a message (this process's clock). */
   lastMessageAt: number;
-  /** What the swap's own steps cost the packet loop, per round (ms): the message handed over, the worker's result made again, the longest warm-up slice. */
-  readonly steps: Array<{ list: boolean; takeMs: number; importMs: number; pathsMs: number; sliceMs: number }>;
+  /** What the swap's own steps cost the packet loop, per round (ms): the message handed over, the worker's result made again (its longest slice, and in how many), the ports' paths, the longest warm-up slice. */
+  readonly steps: Array<{ list: boolean; takeMs: number; importMs: number; importSlices: number; pathsMs: number; sliceMs: number }>;
   lastTakeMs: number;
 }
 
@@ -210,7 +210,7 @@ async function round(s: Side, n: number, list: boolean): Promise<void> {
   (list ? s.daemonLists : s.daemonRules).push(judgedAt - s.lastMessageAt);
   if (s.daemon.loading instanceof WorkerLoading) {
     const imp = s.daemon.loading.lastImport;
-    s.steps.push({ list, takeMs: s.lastTakeMs, importMs: imp.tableMs + imp.constantsMs + imp.functionsMs, pathsMs: s.daemon.lastSwap.pathsMs, sliceMs: s.daemon.lastSwap.longestSliceMs });
+    s.steps.push({ list, takeMs: s.lastTakeMs, importMs: imp.longestSliceMs, importSlices: imp.slices, pathsMs: s.daemon.lastSwap.pathsMs, sliceMs: s.daemon.lastSwap.longestSliceMs });
   }
   // The noise floor beside it: the same pump, as long, without a change.
   const idle = new LoopPauseMeter(() => {
@@ -263,7 +263,7 @@ export async function runChannelDaemonBench(): Promise<void> {
     for (const list of [false, true]) {
       const st = a.steps.filter((x) => x.list === list);
       const m = (k: 'takeMs' | 'importMs' | 'pathsMs' | 'sliceMs') => `${k.replace('Ms', '')} max ${mx(st.map((x) => x[k])).toFixed(2)} ms`;
-      console.log(`the swap's own steps on A's packet loop, ${list ? 'list change' : 'rules-only '}: ${m('takeMs')} (the message to the intake${list ? `; ${(a.daemon.bundles as ChannelBundleSource).intake.moved} of ${(a.daemon.bundles as ChannelBundleSource).intake.taken} large ones moved, not copied` : ''}), ${m('importMs')} (the worker's bundle made again), ${m('pathsMs')}, longest warm-up ${m('sliceMs')}`);
+      console.log(`the swap's own steps on A's packet loop, ${list ? 'list change' : 'rules-only '}: ${m('takeMs')} (the message to the intake${list ? `; ${(a.daemon.bundles as ChannelBundleSource).intake.moved} of ${(a.daemon.bundles as ChannelBundleSource).intake.taken} large ones moved, not copied` : ''}), ${m('importMs')} in ${mx(st.map((x) => x.importSlices))} slice(s) at most (the worker's bundle made again, its longest slice), ${m('pathsMs')}, longest warm-up ${m('sliceMs')}`);
     }
     console.log(`${'longest pump pause without any change'.padEnd(40)} p50 ${f(percentile(sorted(a.idle), 50))}  max ${f(mx(a.idle))}  |  B's p50 ${f(percentile(sorted(b.idle), 50))}  max ${f(mx(b.idle))}  (a window as long as each round, after it: this machine's noise floor)`);
     console.log(`longest GC pause of the process in a round: A ${mx(a.gc).toFixed(2)} ms, B ${mx(b.gc).toFixed(2)} ms (one heap: both daemons live in this process)`);

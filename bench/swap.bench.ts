@@ -85,7 +85,7 @@ interface RunFigures {
   gcWithList: number[];
   /** Longest pause of the pump in windows without an update (ms): the machine's noise (other processes, GC). */
   idle: number[];
-  steps: Array<{ list: boolean; tableMs: number; constantsMs: number; functionsMs: number; pathsMs: number; longestSliceMs: number; slices: number }>;
+  steps: Array<{ list: boolean; tableMs: number; constantsMs: number; functionsMs: number; importSliceMs: number; importSlices: number; pathsMs: number; longestSliceMs: number; slices: number }>;
 }
 
 async function runUpdates(loader: 'worker' | 'in-thread', dir: string, frames: Capture, writeVersion: (n: number) => void): Promise<RunFigures> {
@@ -166,7 +166,7 @@ async function runUpdates(loader: 'worker' | 'in-thread', dir: string, frames: C
     (listUpdate ? out.gcWithList : out.gcRulesOnly).push(pause.longestGcMs);
     if (daemon.loading instanceof WorkerLoading) {
       const imp = daemon.loading.lastImport;
-      out.steps.push({ list: listUpdate, ...imp, pathsMs: daemon.lastSwap.pathsMs, longestSliceMs: daemon.lastSwap.longestSliceMs, slices: daemon.lastSwap.warmUpSlices });
+      out.steps.push({ list: listUpdate, tableMs: imp.tableMs, constantsMs: imp.constantsMs, functionsMs: imp.functionsMs, importSliceMs: imp.longestSliceMs, importSlices: imp.slices, pathsMs: daemon.lastSwap.pathsMs, longestSliceMs: daemon.lastSwap.longestSliceMs, slices: daemon.lastSwap.warmUpSlices });
     }
     if (daemon.version.startsWith(`${n}@`)) versioned++;
     traffic();
@@ -253,8 +253,8 @@ export async function runSwapBench(): Promise<void> {
       if (run.steps.length > 0) {
         for (const list of [false, true]) {
           const st = run.steps.filter((x) => x.list === list);
-          const p = (k: 'tableMs' | 'constantsMs' | 'functionsMs' | 'pathsMs' | 'longestSliceMs') => `${k.replace('Ms', '')} p50 ${f2(percentile(sorted(st.map((x) => x[k])), 50))} max ${f2(max(st.map((x) => x[k])))}`;
-          console.log(`swap on the packet loop, ${list ? 'with list ' : 'rules-only'}: ${p('tableMs')}; ${p('constantsMs')}; ${p('functionsMs')}; ${p('pathsMs')} (2 ports); warm-up in ${percentile(sorted(st.map((x) => x.slices)), 50)} slices, ${p('longestSliceMs')}`);
+          const p = (k: 'tableMs' | 'constantsMs' | 'functionsMs' | 'importSliceMs' | 'pathsMs' | 'longestSliceMs') => `${k.replace('Ms', '')} p50 ${f2(percentile(sorted(st.map((x) => x[k])), 50))} max ${f2(max(st.map((x) => x[k])))}`;
+          console.log(`swap on the packet loop, ${list ? 'with list ' : 'rules-only'}: ${p('tableMs')}; ${p('constantsMs')}; ${p('functionsMs')} (made again in ${max(st.map((x) => x.importSlices))} slice(s) at most, ${p('importSliceMs')}); ${p('pathsMs')} (2 ports); warm-up in ${percentile(sorted(st.map((x) => x.slices)), 50)} slices, ${p('longestSliceMs')}`);
         }
       }
     }

@@ -16,8 +16,8 @@
 //   stateDir/lists/<digest>.txt              a list's entries, one a line: the file's SHA-256 is its digest
 
 import { createHash } from 'node:crypto';
-import { chmodSync, lstatSync, mkdirSync, readdirSync, readFileSync, rmSync, statSync, unlinkSync } from 'node:fs';
-import { open, rename, writeFile } from 'node:fs/promises';
+import { chmodSync, lstatSync, mkdirSync, readdirSync, readFileSync, rmSync, unlinkSync } from 'node:fs';
+import { mkdir, open, rename, stat, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import type { Bundle } from '../channel/index.js';
 import { MoatError } from '../errors/index.js';
@@ -117,9 +117,10 @@ export class BundleCache {
     }
   }
 
-  hasList(digest: string): boolean {
+  /** Whether a list's file is here (asynchronous: a small bundle is taken on the packet loop, see bundle-intake.ts). */
+  async hasList(digest: string): Promise<boolean> {
     try {
-      return statSync(this.listFile(digest)).isFile();
+      return (await stat(this.listFile(digest))).isFile();
     } catch {
       return false;
     }
@@ -127,7 +128,7 @@ export class BundleCache {
 
   /** Writes a list's text (listText) under its digest; see persist(). */
   async writeList(digest: string, text: string): Promise<void> {
-    if (this.hasList(digest)) return; // content-addressed: the same digest is the same file
+    if (await this.hasList(digest)) return; // content-addressed: the same digest is the same file
     await writeFileAtomic(this.listFile(digest), text, false);
   }
 
@@ -137,7 +138,7 @@ export class BundleCache {
    */
   async writeBundle(b: Bundle): Promise<CachedBundle> {
     const dir = this.bundleDir(b.digest);
-    mkdirSync(dir, { recursive: true, mode: 0o700 });
+    await mkdir(dir, { recursive: true, mode: 0o700 });
     const version = (r: Record<string, unknown> | null): string | null => (r !== null && typeof r['version'] === 'string' ? r['version'] : null);
     // A bundle without an account entrypoint runs no account rules: an empty ruleset stands for it (a load needs one first).
     await writeFileAtomic(join(dir, 'account.json'), JSON.stringify(b.account ?? { rules: [] }), false);

@@ -400,14 +400,13 @@ export class ChannelBundleSource implements BundleSource {
       } catch (err) {
         log.error({ err, stateDir: this.cache.dir }, 'cannot record the applied bundle in the state directory; a restart without the control plane would enforce the one before');
       }
-      // Between two messages taken (see inbox), so never under the files of a bundle being written.
-      this.inbox = this.inbox.then(() => {
-        try {
-          this.cache.prune(this.pending === undefined ? [] : [this.pending.bundle.digest]);
-        } catch (err) {
+      // Between two messages taken (see inbox), so never under the files of a bundle being written;
+      // off the packet loop (see BundleIntake.prune).
+      this.inbox = this.inbox.then(() =>
+        this.intake.prune(this.pending === undefined ? [] : [this.pending.bundle.digest]).catch((err: unknown) => {
           log.warn({ err, stateDir: this.cache.dir }, 'cannot tidy the state directory');
-        }
-      });
+        }),
+      );
       this.current = applied;
       this.origin = 'live';
       this.send(ws, { type: 'ack', seq: seq, result: 'applied', digest: applied.digest, versions: applied.versions });

@@ -1,19 +1,31 @@
 // The daemon's bundle intake thread (node:worker_threads): parses a large
 // message of the control channel, checks a bundle and writes its files to the
-// state directory, off the packet loop, and answers with the small result
-// (bundle-intake.ts starts it and speaks to it).
+// state directory, off the packet loop, and answers with the small result;
+// it also tidies the state directory after a swap (bundle-intake.ts starts it
+// and speaks to it).
 
 import { parentPort } from 'node:worker_threads';
 import { BundleCache } from './bundle-cache.js';
-import { intakeMessage, type IntakeRequest, type IntakeResult } from './bundle-intake.js';
+import { intakeMessage, type IntakeReply, type IntakeRequest } from './bundle-intake.js';
 
 const port = parentPort;
 if (port === null) throw new Error('intake-worker.js runs as a worker thread (see bundle-intake.ts)');
 port.on('message', (req: IntakeRequest) => {
+  // The state directory exists (the source opened it); the cache here only writes files into it, or tidies it.
+  const cache = new BundleCache(req.stateDir);
+  if ('prune' in req) {
+    let pruned: string | null = null;
+    try {
+      cache.prune(req.prune);
+    } catch (err) {
+      pruned = (err as Error).message;
+    }
+    port.postMessage({ id: req.id, pruned } satisfies IntakeReply);
+    return;
+  }
   const text = Buffer.from(req.bytes).toString('utf8');
-  // The state directory exists (the source opened it); the cache here only writes files into it.
-  void intakeMessage(text, new BundleCache(req.stateDir)).then(
-    (result) => port.postMessage({ id: req.id, result }),
-    (err: unknown) => port.postMessage({ id: req.id, result: { kind: 'protocol', why: `intake failed: ${(err as Error).message}` } satisfies IntakeResult }),
+  void intakeMessage(text, cache).then(
+    (result) => port.postMessage({ id: req.id, result } satisfies IntakeReply),
+    (err: unknown) => port.postMessage({ id: req.id, result: { kind: 'protocol', why: `intake failed: ${(err as Error).message}` } } satisfies IntakeReply),
   );
 });

@@ -40,6 +40,11 @@ export function loaderWorkerAvailable(script = loaderWorkerScript()): boolean {
   return existsSync(fileURLToPath(script));
 }
 
+/** Longest slice of making a worker's bundle again between two turns of the event loop (as Daemon's warm-up: WARM_SLICE_MS). */
+const IMPORT_SLICE_MS = 1;
+
+const nextTurn = (): Promise<void> => new Promise((resolve) => setImmediate(resolve));
+
 interface Pending {
   readonly resolve: (b: LoadedBundle) => void;
   /** Set by loadTransferred: the bundle as the worker sent it, not made again on this thread. */
@@ -53,6 +58,8 @@ export class WorkerLoading implements BundleLoading {
   private readonly pending = new Map<number, Pending>();
   private nextId = 1;
   private readonly importer = new BundleImporter();
+  /** Replies being made bundles again, one at a time and in the worker's order (the importer keeps the last table). */
+  private importing: Promise<void> = Promise.resolve();
   private stopped = false;
   /** Workers started, the first included (a restart after a death adds one). */
   started = 0;
@@ -64,6 +71,8 @@ export class WorkerLoading implements BundleLoading {
   constructor(
     private readonly log: Logger,
     private readonly script: URL = loaderWorkerScript(),
+    /** The import's slice (tests: 0, a turn of the event loop after every step). */
+    private readonly importSliceMs = IMPORT_SLICE_MS,
   ) {}
 
   /** The worker thread, while one runs (for diagnostics and tests). */
@@ -142,13 +151,21 @@ export class WorkerLoading implements BundleLoading {
       p.raw(reply.bundle);
       return;
     }
+    const w = this.worker;
+    this.importing = this.importing.then(() => this.importReply(w, reply.bundle, p));
+  }
+
+  // A reply made a bundle again in slices (IMPORT_SLICE_MS), the packet loop running between them;
+  // nothing of it is seen (loaded, swapped) before the last slice.
+  private async importReply(from: Worker | undefined, transferred: TransferredBundle, p: Pending): Promise<void> {
     let bundle: LoadedBundle;
     try {
-      bundle = this.importer.import(reply.bundle);
+      bundle = await this.importer.importSliced(transferred, this.importSliceMs, nextTurn);
     } catch (err) {
       // A reply this side cannot take (a bug): the worker's loader may now count on a table this
       // side does not have, so a new worker, whose loader starts from nothing, takes the next load.
       p.reject(err as Error);
+      if (this.worker !== from) return; // that worker is gone already (its pending loads rejected)
       const w = this.worker;
       this.worker = undefined;
       this.rejectAll(`the bundle loader was restarted after a reply it could not take (${(err as Error).message})`);

@@ -13,11 +13,11 @@ import { createServer } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { pino, type Logger } from 'pino';
-import { afterEach, describe, expect, it } from 'vitest';
+import { afterEach, describe, expect, it, vi } from 'vitest';
 import { WebSocketServer, type WebSocket } from 'ws';
 import { CHANNEL_PATH, CLOSE, type Bundle } from '../../src/channel/index.js';
 import { validateDaemonConfig } from '../../src/config/index.js';
-import { ChannelBundleSource, Daemon, daemonMetrics } from '../../src/daemon/index.js';
+import { BundleCache, ChannelBundleSource, Daemon, daemonMetrics } from '../../src/daemon/index.js';
 import { ROOT } from '../support/cli.js';
 import { MemorySource } from '../support/memory-source.js';
 import { buildFrame, TCP } from '../support/packet-builder.js';
@@ -302,7 +302,7 @@ describe('a daemon fed by its control plane', () => {
     expect([source.intake.taken, d.version.startsWith('3@'), d.bundles.status!().digest]).toEqual([1, true, last.digest]);
   });
 
-  it('keeps the applied bundle and the one before it in its state directory, and the lists they name, no more', async () => {
+  it('keeps the applied bundle and the one before it in its state directory, and the lists they name, no more, tidied by its intake worker', async () => {
     const cp = new FakeControlPlane();
     await cp.start();
     cleanups.push(() => cp.kill());
@@ -310,14 +310,21 @@ describe('a daemon fed by its control plane', () => {
     const bs = [1, 2, 3].map((n) => bundle(n, String(n), rule, { blocked: { entries: [`198.51.100.${n}`], send: true } }));
     cp.current = bs[0];
     const state = newState();
-    const { forwards } = await daemonFor(cp.url, state);
+    // Tidying on this thread (the packet loop's): a 2 MB list's unlink and a bundle's folder cost it milliseconds.
+    const prunes = vi.spyOn(BundleCache.prototype, 'prune');
+    cleanups.push(() => prunes.mockRestore());
+    const { forwards, source } = await daemonFor(cp.url, state);
     await until('the first ack', () => cp.messages('ack').length === 1);
     cp.push(bs[1]!);
     await until('the second ack', () => cp.messages('ack').length === 2);
     cp.push(bs[2]!);
     await until('the third ack', () => cp.messages('ack').length === 3);
-    expect(readdirSync(join(state, 'bundles')).sort()).toEqual([bs[1]!.digest, bs[2]!.digest].sort());
+    const kept = [bs[1]!.digest, bs[2]!.digest].sort();
+    await until('bundle 1 removed', () => readdirSync(join(state, 'bundles')).sort().join() === kept.join());
+    expect(readdirSync(join(state, 'bundles')).sort()).toEqual(kept);
     expect(readdirSync(join(state, 'lists')).sort()).toEqual([bs[1]!, bs[2]!].map((b) => `${b.lists['blocked']!.digest}.txt`).sort());
+    // Once at start (before any bundle), then only in the worker.
+    expect([source.intake.mode, prunes.mock.calls.length]).toEqual(['worker', 1]);
     expect(JSON.parse(readFileSync(join(state, 'current.json'), 'utf8'))).toMatchObject({ digest: bs[2]!.digest, previous: bs[1]!.digest });
     expect([forwards(frame('198.51.100.3', 80)), forwards(frame('198.51.100.2', 80))]).toEqual([false, true]);
   });

@@ -181,6 +181,34 @@ describe('loading bundles in a worker thread', () => {
       await loading.stop();
     }
   });
+  it('makes the worker\'s bundle again over several turns of the event loop, loads asked together each whole and in order', async () => {
+    // A zero slice: a turn after every step (the table, each constant made again from its rule).
+    const loading = new WorkerLoading(silent, undefined, 0);
+    const loader = new BundleLoader();
+    try {
+      const first = filesOf(writeRules('sliced-1.json', BUNDLES[1]!));
+      const second = filesOf(writeRules('sliced-2.json', BUNDLES[2]!));
+      // Turns of the event loop while the loads run: the packet loop's turns.
+      let turns = 0;
+      let pumping = true;
+      const pump = () => {
+        turns++;
+        if (pumping) setImmediate(pump);
+      };
+      setImmediate(pump);
+      // Both asked at once: the second reply reuses the first's table, so it is made only after the first is whole.
+      const [a, b] = await Promise.all([loading.load(first), loading.load(second)]);
+      pumping = false;
+      expect(b.table).toBe(a.table);
+      expect(verdicts(a)).toEqual(verdicts(loader.load(first)));
+      expect(verdicts(b)).toEqual(verdicts(loader.load(second)));
+      // BUNDLES[2]: the table wrapped, then two constants made again from their rules (`matches`, bit_slice): a slice each.
+      expect(loading.lastImport.slices).toBe(4);
+      expect(turns).toBeGreaterThanOrEqual(loading.lastImport.slices);
+    } finally {
+      await loading.stop();
+    }
+  });
 });
 
 describe('the daemon loading in a worker thread', () => {

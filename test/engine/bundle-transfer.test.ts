@@ -191,4 +191,42 @@ describe('a bundle handed from one thread to another', () => {
     new PacketPath(imported.evaluator, { table: imported.table });
     expect([...imported.table.valueScreens.keys()].sort()).toEqual(before);
   });
+  it('makes a bundle again in slices, one step a slice at a zero budget, judging as in one go, its table kept only after the last', async () => {
+    writeRules(RULES);
+    const local = judge(new BundleLoader().load(files()), frames());
+    const exporter = new BundleExporter();
+    const fresh = send(exporter.load(files()));
+    writeRules([...RULES, 'tcp.dstport == 7']);
+    const reusing = send(exporter.load(files()));
+    const importer = new BundleImporter();
+    let turns = 0;
+    const attempts: string[] = [];
+    const sliced = await importer.importSliced(fresh, 0, async () => {
+      turns++;
+      // Between two slices the importer still has no table: a bundle reusing this one cannot be made yet.
+      try {
+        importer.import(reusing);
+        attempts.push('made');
+      } catch (err) {
+        attempts.push((err as Error).message);
+      }
+    });
+    // The table wrapped, then each of the five constants' rules: a turn after each step but the last.
+    expect(fresh.recipes.length).toBe(5);
+    expect([turns, importer.lastTimings.slices]).toEqual([6, 7]);
+    expect(new Set(attempts)).toEqual(new Set([`BundleImporter: bundle reuses table ${reusing.tableId}, which was not received`]));
+    expect(judge(sliced, frames())).toEqual(local);
+    // Once made, the reused table is there.
+    expect(importer.import(reusing).table).toBe(sliced.table);
+  });
+
+  it('makes a bundle again in one slice when its steps fit the budget', async () => {
+    writeRules(RULES);
+    const out = send(new BundleExporter().load(files()));
+    let turns = 0;
+    const importer = new BundleImporter();
+    await importer.importSliced(out, 60_000, async () => void turns++);
+    expect([turns, importer.lastTimings.slices]).toEqual([0, 1]);
+    expect(importer.lastTimings.longestSliceMs).toBeGreaterThan(0);
+  });
 });
