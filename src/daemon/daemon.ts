@@ -323,7 +323,7 @@ export class Daemon {
   // A line per dropped packet (at most 100 a second): the packet (addresses,
   // protocol, ports, the interface it came in on and, inline, the one it was
   // not sent out of) and the rule. In monitor mode nothing is dropped: "would drop".
-  private logDrop(port: Port, frame: Uint8Array, length: number, rule: CompiledRule | undefined, lastRule: number): void {
+  private logDrop(port: Port, frame: Uint8Array, length: number, rule: CompiledRule | undefined, lastRule: number, worker?: number): void {
     const now = Math.floor(Date.now() / 1000);
     if (now !== this.dropLogWindow) {
       this.dropLogWindow = now;
@@ -346,6 +346,7 @@ export class Daemon {
         rule: ruleId,
         ruleset: rule?.level ?? null,
         ...(description === undefined ? {} : { description }),
+        ...(worker === undefined ? {} : { worker }),
       },
       `${verb} ${what} on ${port.name} ${why}`.trimEnd(),
     );
@@ -459,7 +460,7 @@ export class Daemon {
     const frame = Buffer.from(m.frame.buffer, m.frame.byteOffset, m.frame.byteLength);
     if (m.type === 'drop') {
       if (this.recorder !== undefined) this.recordDrop(frame, frame.length);
-      if (this.config.log.drops) this.logDrop(port, frame, frame.length, m.rule >= 0 ? this.genRules.get(m.gen)?.[m.rule] : undefined, m.rule);
+      if (this.config.log.drops) this.logDrop(port, frame, frame.length, m.rule >= 0 ? this.genRules.get(m.gen)?.[m.rule] : undefined, m.rule, w);
     } else if (m.type === 'bad-checksum') {
       const now = Date.now();
       if (now - this.badChecksumLoggedAt < 60_000) return;

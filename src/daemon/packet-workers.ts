@@ -153,7 +153,11 @@ export class PacketWorkers {
     const pw = new PacketWorkers(options);
     pw.current = { gen: 1, bundle: pw.complete(shareBundle(options.bundle)) };
     try {
-      await Promise.all(pw.slots.map((_, w) => pw.spawn(w)));
+      // One after the other: a worker opens its ports in order, and a fanout group numbers its
+      // members in the order they join, so worker i is member i of every port's group and both
+      // directions of a flow (hashed symmetrically) reach the same worker. Started at once, the
+      // workers could join the two ports' groups in different orders.
+      for (let w = 0; w < pw.slots.length; w++) await pw.spawn(w);
     } catch (err) {
       await pw.stop();
       throw err;
