@@ -432,6 +432,7 @@ export class Daemon {
       opener: this.options.ring?.opener ?? ringPortOpener(),
       bundle,
       paths: { colo: c.colo, undecodable: c.undecodable },
+      onError: c.onError,
       samples: { drops: c.dropCapture === undefined ? DROP_SAMPLES_PER_WORKER.log : DROP_SAMPLES_PER_WORKER.capture, checksumEvery: c.mode === 'inline' ? c.checksumSample : 0 },
       onEvent: (w, m) => this.onWorkerEvent(w, m),
       hold: awaiting ? (c.mode === 'inline' && c.failOpen ? 'pass' : 'drop') : undefined,
@@ -446,13 +447,17 @@ export class Daemon {
   }
 
   // What a packet worker reports besides its counters.
-  private onWorkerEvent(w: number, m: Extract<FromWorker, { type: 'drop' | 'bad-checksum' | 'link' | 'hits' }>): void {
+  private onWorkerEvent(w: number, m: Extract<FromWorker, { type: 'drop' | 'bad-checksum' | 'link' | 'hits' | 'packet-error' }>): void {
     if (m.type === 'hits') {
       this.workerHits.set(w, { gen: m.gen, hits: m.hits });
       return;
     }
     if (m.type === 'link') {
       this.onLink(w, m.port, m.state, m.reason);
+      return;
+    }
+    if (m.type === 'packet-error') {
+      this.log.error({ err: { message: m.message }, interface: this.ports[m.port]?.name, worker: w, count: m.count }, 'packet evaluation failed');
       return;
     }
     const port = this.ports[m.port];
@@ -492,6 +497,7 @@ export class Daemon {
     if (this.workers === undefined) return;
     const c = this.workers.counters();
     this.unjudged = c.workers.reduce((a, w) => a + w.held, 0);
+    this.packetErrors = c.workers.reduce((a, w) => a + w.packetErrors, 0);
     this.ports.forEach((port, i) => {
       const t = c.ports[i]!;
       port.counters.v.set(t.path.v);
