@@ -6,45 +6,15 @@
 // A webhook's secret is stored for delivery and never returned.
 
 import { MoatError } from '../errors/index.js';
-import { isId, isWellFormedEmail, newId, nowStamp, type Database } from '../store/index.js';
+import { isId, isWellFormedEmail, newId, nowStamp, type Database, type PolicyObject, type WebhookInput, type WebhookObject, type WebhookTarget } from '../store/index.js';
 import { alertType } from './alert-types.js';
+
+// The shapes of policies and destinations are the store's contract (src/store/types.ts), shared by its implementations.
+export type { PolicyObject, WebhookInput, WebhookObject, WebhookTarget };
 
 /** Which pools exist: wired to the pools store by the control plane's assembly. */
 export interface PoolDirectory {
   poolExists(accountId: string, poolId: string): boolean;
-}
-
-/** A policy as the API returns it. */
-export interface PolicyObject {
-  id: string;
-  name: string;
-  description: string;
-  enabled: boolean;
-  alert_type: string;
-  alert_interval?: string;
-  filters: Record<string, unknown>;
-  mechanisms: Record<string, unknown>;
-  created: string;
-  modified: string;
-}
-
-/** A webhook destination as the API returns it (never its secret). */
-export interface WebhookObject {
-  id: string;
-  name: string;
-  url: string;
-  type: string;
-  created_at: string;
-  last_success: string | null;
-  last_failure: string | null;
-}
-
-/** A webhook destination as delivery needs it. */
-export interface WebhookTarget {
-  id: string;
-  name: string;
-  url: string;
-  secret: string | null;
 }
 
 interface PolicyRow {
@@ -115,14 +85,6 @@ function policyObject(r: PolicyRow): PolicyObject {
 
 function webhookObject(r: WebhookRow): WebhookObject {
   return { id: r.id, name: r.name, url: r.url, type: r.type, created_at: r.created_at, last_success: r.last_success, last_failure: r.last_failure };
-}
-
-/** A checked webhook body. */
-export interface WebhookInput {
-  name: string;
-  url: URL;
-  /** undefined: not given (an update keeps the stored one). */
-  secret: string | undefined;
 }
 
 /** Policies and webhook destinations of every account. */

@@ -5,61 +5,14 @@
 // the row is claimed again, with the same id (at-least-once; receivers dedupe
 // on webhook-id or Message-ID). Every attempt, and a give-up, is a history row.
 
-import { newId, nowStamp, type Database } from '../store/index.js';
+import { newId, nowStamp, type AttemptOutcome, type Database, type HistoryObject, type OutboxRow } from '../store/index.js';
+
+// The shapes of outbox rows and history are the store's contract (src/store/types.ts).
+export type { AttemptOutcome, HistoryObject, OutboxRow };
 import type { NotificationPayload } from './notifier.js';
 
 /** Days the delivery history is kept (Cloudflare keeps 30 to 90 by plan). */
 export const HISTORY_DAYS = 90;
-
-/** One claimed notification. */
-export interface OutboxRow {
-  id: string;
-  account_id: string;
-  policy_id: string | null;
-  event_id: string;
-  mechanism_type: 'email' | 'webhook';
-  target: string;
-  payload: string;
-  created: string;
-  status: string;
-  attempts: number;
-  next_attempt_ms: number;
-  lease_owner: string | null;
-  lease_until_ms: number | null;
-  last_error: string | null;
-}
-
-/** What one attempt ended with. */
-export interface AttemptOutcome {
-  ok: boolean;
-  statusCode?: number | undefined;
-  /** Why it failed: "HTTP 503", "connect ECONNREFUSED 127.0.0.1:9", ... */
-  error?: string | undefined;
-  /** The registry code of the failure (9400, 9401, 9403). */
-  code?: number | undefined;
-  /** The receiver's Retry-After, in ms. */
-  retryAfterMs?: number | undefined;
-  /** Give up now (410 Gone, a deleted destination). */
-  final?: boolean | undefined;
-}
-
-/** A history record as the API returns it. */
-export interface HistoryObject {
-  id: string;
-  alert_body: string;
-  alert_type: string;
-  description: string;
-  mechanism: string;
-  mechanism_type: string;
-  name: string;
-  policy_id: string | null;
-  sent: string;
-  notification_id: string;
-  outcome: 'delivered' | 'failed' | 'gave_up';
-  attempt: number;
-  status_code: number | null;
-  error: string | null;
-}
 
 /** The outbox and history tables. */
 export class Outbox {
