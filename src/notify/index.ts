@@ -10,3 +10,4 @@ export { createMailer, postWebhook, TEST_MESSAGE, WEBHOOK_TIMEOUT_MS, type Maile
 export { webhookUrlProblem, refusedAddress, systemResolver, type Resolver } from './address-guard.js';
 export { RETRY_DELAYS_MS, MAX_ATTEMPTS, JITTER, SYSTEM_CLOCK, retryDelay, parseRetryAfter, type Clock } from './schedule.js';
 export { DeprecationNotices, DEPRECATION_ALERT, DEPRECATION_INTERVAL_MS, type LegacyPools } from './deprecation.js';
+export { sqliteNotifyRepos } from './sqlite-repos.js';

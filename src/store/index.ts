@@ -55,3 +55,5 @@ export type {
   AttemptOutcome,
   HistoryObject,
 } from './types.js';
+export { SqliteChangeFeed, DEFAULT_POLL_MS } from './sqlite-change-feed.js';
+export { SqliteStore, type SqliteNotifyFactory, type SqliteNotifyRepos, type Synchronous } from './sqlite-store.js';
