@@ -1,16 +1,16 @@
 // The control plane's composition root: the store-backed services the routes
 // call (auth, rulesets, lists, daemons), the control channel's hub and the
 // change feed it listens to, and the background runners, built once over one
-// database, with notifications (policies, the health listener, the delivery
-// worker). Routes receive the services they need as plugin options; the
+// Store (src/store/types.ts; SQLite's is made here from a Database), with
+// notifications (policies, the health listener, the delivery worker). Routes receive the services they need as plugin options; the
 // server starts the runners when it listens and stops them when it closes.
 
 import { dirname, join } from 'node:path';
 import { HealthMonitor, type HealthMonitorOptions } from '../health/index.js';
-import { AlertingStore, DeliveryWorker, DeprecationNotices, Notifier, createMailer, type Clock, type LegacyPools, type PoolDirectory, type Resolver } from '../notify/index.js';
-import { Users, ListStore, Tokens, Daemons, LoadBalancingStore, type Database } from '../store/index.js';
+import { AlertingStore, DeliveryWorker, DeprecationNotices, Notifier, createMailer, sqliteNotifyRepos, type Clock, type LegacyPools, type PoolDirectory, type Resolver } from '../notify/index.js';
+import { Database, SqliteStore, type Daemons, type Store, type Users } from '../store/index.js';
 import { AlertingService } from './alerting-service.js';
-import { SqliteChangeFeed, type ChangeFeed } from './change-feed.js';
+import type { ChangeFeed } from './change-feed.js';
 import { ChannelHub, type HubOptions } from './channel-hub.js';
 import { Auth } from './auth.js';
 import type { AuthLimitOptions } from './auth-limit.js';
@@ -23,8 +23,9 @@ import { RulesetService } from './rulesets-service.js';
 
 /** What the services are built from. */
 export interface ServicesOptions {
-  store: Database;
-  /** The users repository (default: one over `store`). */
+  /** The store, or an SQLite database to make one of. */
+  store: SqliteStore | Database;
+  /** The users repository of an SQLite database given as `store` (default: a new one). */
   users?: Users | undefined;
   limits?: Partial<ApiLimits> | undefined;
   /** The failed-authentication limit (default DEFAULT_AUTH_LIMIT). */
@@ -72,7 +73,12 @@ export const DEFAULT_MAIL_FROM = 'Moat notifications <notifications@moat.local>'
 
 /** The services of one control plane. */
 export interface Services {
-  readonly store: Database;
+  readonly store: Store;
+  /**
+   * The SQLite database behind `store`, for the services not yet on the
+   * asynchronous Store (issue #20: they move to it one by one).
+   */
+  readonly database: Database;
   readonly limits: ApiLimits;
   readonly users: Users;
   readonly auth: Auth;
@@ -100,15 +106,17 @@ export interface Services {
   readonly runners: Runners;
 }
 
-/** Builds the services over a database; nothing runs until `runners.start()`. */
+/** Builds the services over a store; nothing runs until `runners.start()`. */
 export function createServices(options: ServicesOptions): Services {
-  const { store, logger } = options;
+  const { logger } = options;
+  const sqlite = options.store instanceof Database ? new SqliteStore(options.store, sqliteNotifyRepos, { users: options.users }) : options.store;
+  const store = sqlite.database;
   const limits: ApiLimits = { ...DEFAULT_API_LIMITS, ...(options.limits ?? {}) };
-  const users = options.users ?? new Users(store);
-  const listOperations = createListOperations({ lists: new ListStore(store), maxListItems: limits.maxListItems, logger });
-  const changes = options.changes ?? new SqliteChangeFeed(store);
+  const users = sqlite.sync.users;
+  const listOperations = createListOperations({ lists: sqlite.sync.lists, maxListItems: limits.maxListItems, logger });
+  const changes: ChangeFeed = options.changes ?? sqlite.changes;
   const hub = new ChannelHub(store, changes, logger, options.channel);
-  const lbStore = new LoadBalancingStore(store);
+  const lbStore = sqlite.sync.loadBalancing;
   const healthMonitor = new HealthMonitor({ ...(options.health ?? {}), store: lbStore, logger });
   const n = options.notify ?? {};
   const alertingStore = new AlertingStore(store, n.pools ?? lbStore);
@@ -131,16 +139,17 @@ export function createServices(options: ServicesOptions): Services {
   // A legacy address set on a pool is told of the deprecation at once, not at the next periodic check (a minute later).
   lbStore.onPoolsWritten(() => setImmediate(() => delivery.legacyChanged()));
   return {
-    store,
+    store: sqlite,
+    database: store,
     limits,
     users,
-    auth: new Auth(users, new Tokens(store, users), options.authLimit, (address, l) =>
+    auth: new Auth(users, sqlite.sync.tokens, options.authLimit, (address, l) =>
       logger?.warn({ address, failures: l.maxFailures, windowSeconds: l.windowSeconds }, 'too many failed authentications: further failures from this address are answered 429 until the window ends'),
     ),
     rulesets: new RulesetService(store, limits),
     lists: new ListService(store, limits, () => listOperations.wake()),
     listOperations,
-    daemons: new Daemons(store),
+    daemons: sqlite.sync.daemons,
     loadBalancing: new LoadBalancingService(store, options.loadBalancing, lbStore),
     healthMonitor,
     changes,

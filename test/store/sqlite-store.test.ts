@@ -142,7 +142,7 @@ describe('recording probes', () => {
     for (const name of ['p1', 'p2']) {
       pools.push(await store.loadBalancing.createPool(account, name, null, { name, origins: [{ name: 'a', address: '192.0.2.1', enabled: true }], minimum_origins: 1, notification_email: '', notification_filter: null }));
     }
-    const [p1, p2] = pools as [{ id: string }, { id: string }];
+    const [p1, p2] = [pools[0]!, pools[1]!];
     store.onHealthEvent(async (event, tx) => {
       await tx.outbox.startIncident(event.accountId, event.pool.id, event.id);
       if (event.pool.id === p2.id) throw new Error('outbox full');
