@@ -109,7 +109,9 @@ export interface Services {
 /** Builds the services over a store; nothing runs until `runners.start()`. */
 export function createServices(options: ServicesOptions): Services {
   const { logger } = options;
-  const sqlite = options.store instanceof Database ? new SqliteStore(options.store, sqliteNotifyRepos, { users: options.users }) : options.store;
+  const n = options.notify ?? {};
+  const sqlite =
+    options.store instanceof Database ? new SqliteStore(options.store, (database, pools) => sqliteNotifyRepos(database, n.pools ?? pools), { users: options.users }) : options.store;
   const store = sqlite.database;
   const limits: ApiLimits = { ...DEFAULT_API_LIMITS, ...(options.limits ?? {}) };
   const users = sqlite.sync.users;
@@ -118,7 +120,6 @@ export function createServices(options: ServicesOptions): Services {
   const hub = new ChannelHub(store, changes, logger, options.channel);
   const lbStore = sqlite.sync.loadBalancing;
   const healthMonitor = new HealthMonitor({ ...(options.health ?? {}), store: lbStore, logger });
-  const n = options.notify ?? {};
   const alertingStore = new AlertingStore(store, n.pools ?? lbStore);
   const mailer = createMailer({ smtpUrl: n.smtpUrl, from: n.mailFrom ?? DEFAULT_MAIL_FROM, spoolDir: n.spoolDir ?? join(dirname(store.file), 'mail-spool') });
   const delivery = new DeliveryWorker({
@@ -154,7 +155,7 @@ export function createServices(options: ServicesOptions): Services {
     healthMonitor,
     changes,
     hub,
-    alerting: new AlertingService(alertingStore, n.allowPrivateWebhooks === true, n.resolver),
+    alerting: new AlertingService(sqlite.alerting, n.allowPrivateWebhooks === true, n.resolver),
     notifier,
     delivery,
     // The feed starts before the hub subscribes to it; the hub stops first, closing its connections.

@@ -87,6 +87,33 @@ function webhookObject(r: WebhookRow): WebhookObject {
   return { id: r.id, name: r.name, url: r.url, type: r.type, created_at: r.created_at, last_success: r.last_success, last_failure: r.last_failure };
 }
 
+/** Checks a webhook body (every problem at once, as FieldErrors): no database needed, so every store implementation shares it. */
+export function checkWebhook(body: unknown): WebhookInput {
+  if (!isObject(body)) throw invalid('', 'the body must be a JSON object');
+  const errors: MoatError[] = [];
+  for (const k of Object.keys(body)) if (!WEBHOOK_FIELDS.includes(k)) errors.push(invalid(`/${k}`, `unknown field "${k}"`));
+  const name = body['name'];
+  if (typeof name !== 'string' || name.trim() === '' || name.length > MAX_NAME) errors.push(invalid('/name', `name is required: a non-empty string of at most ${MAX_NAME} characters`));
+  let url: URL | undefined;
+  const u = body['url'];
+  if (typeof u !== 'string' || u.length > MAX_URL) errors.push(invalid('/url', `url is required: an http or https URL of at most ${MAX_URL} characters`));
+  else {
+    try {
+      url = new URL(u);
+      if (url.protocol !== 'http:' && url.protocol !== 'https:') throw new Error('scheme');
+      if (url.username !== '' || url.password !== '') errors.push(invalid('/url', 'url must not carry credentials: give them as the secret (sent as cf-webhook-auth)'));
+    } catch {
+      errors.push(invalid('/url', `url "${u.slice(0, 80)}" is not an http or https URL`));
+    }
+  }
+  const secret = body['secret'];
+  if (secret !== undefined && (typeof secret !== 'string' || secret.length > MAX_SECRET || /[\r\n]/.test(secret))) {
+    errors.push(invalid('/secret', `secret must be a string of at most ${MAX_SECRET} characters, on one line (it is sent as a header)`));
+  }
+  if (errors.length > 0) throw new FieldErrors(errors);
+  return { name: name as string, url: url!, secret: secret as string | undefined };
+}
+
 /** Policies and webhook destinations of every account. */
 export class AlertingStore {
   constructor(
@@ -305,29 +332,7 @@ export class AlertingStore {
 
   /** Checks a webhook body (name and url required, secret optional). */
   checkWebhook(body: unknown): WebhookInput {
-    if (!isObject(body)) throw invalid('', 'the body must be a JSON object');
-    const errors: MoatError[] = [];
-    for (const k of Object.keys(body)) if (!WEBHOOK_FIELDS.includes(k)) errors.push(invalid(`/${k}`, `unknown field "${k}"`));
-    const name = body['name'];
-    if (typeof name !== 'string' || name.trim() === '' || name.length > MAX_NAME) errors.push(invalid('/name', `name is required: a non-empty string of at most ${MAX_NAME} characters`));
-    let url: URL | undefined;
-    const u = body['url'];
-    if (typeof u !== 'string' || u.length > MAX_URL) errors.push(invalid('/url', `url is required: an http or https URL of at most ${MAX_URL} characters`));
-    else {
-      try {
-        url = new URL(u);
-        if (url.protocol !== 'http:' && url.protocol !== 'https:') throw new Error('scheme');
-        if (url.username !== '' || url.password !== '') errors.push(invalid('/url', 'url must not carry credentials: give them as the secret (sent as cf-webhook-auth)'));
-      } catch {
-        errors.push(invalid('/url', `url "${u.slice(0, 80)}" is not an http or https URL`));
-      }
-    }
-    const secret = body['secret'];
-    if (secret !== undefined && (typeof secret !== 'string' || secret.length > MAX_SECRET || /[\r\n]/.test(secret))) {
-      errors.push(invalid('/secret', `secret must be a string of at most ${MAX_SECRET} characters, on one line (it is sent as a header)`));
-    }
-    if (errors.length > 0) throw new FieldErrors(errors);
-    return { name: name as string, url: url!, secret: secret as string | undefined };
+    return checkWebhook(body);
   }
 
   insertWebhook(accountId: string, w: WebhookInput): string {

@@ -60,7 +60,7 @@ export interface SqliteNotifyRepos {
 }
 
 /** Builds the notification repositories; `pools` is the load balancing repository of the same database (policies' pool_id filters). */
-export type SqliteNotifyFactory = (database: Database, pools: LoadBalancingStore) => SqliteNotifyRepos;
+export type SqliteNotifyFactory = (database: Database, pools: { poolExists(accountId: string, poolId: string): boolean }) => SqliteNotifyRepos;
 
 // The method names of each interface, listed once: the adapters wrap exactly these.
 const USERS: readonly (keyof UsersRepo)[] = ['create', 'addKey', 'revoke', 'get', 'list', 'count', 'legacyKeyCount', 'verify', 'verifyKey', 'reach', 'accountRows', 'zoneRows', 'zoneAccount'];
