@@ -144,7 +144,7 @@ export function createServices(options: ServicesOptions): Services {
     database: store,
     limits,
     users,
-    auth: new Auth(users, sqlite.sync.tokens, options.authLimit, (address, l) =>
+    auth: new Auth(sqlite.users, sqlite.tokens, options.authLimit, (address, l) =>
       logger?.warn({ address, failures: l.maxFailures, windowSeconds: l.windowSeconds }, 'too many failed authentications: further failures from this address are answered 429 until the window ends'),
     ),
     rulesets: new RulesetService(store, limits),

@@ -40,8 +40,8 @@ export const daemonRoutes: FastifyPluginAsync<DaemonRoutesOptions> = async (api,
   // Rows are refreshed every heartbeat (of whichever control plane holds the connection): three missed ones are stale.
   const staleMs = 3 * Math.max(hub.heartbeatSeconds, HEARTBEAT_SECONDS) * 1000 + 1000;
 
-  function one(req: FastifyRequest): DaemonInfo {
-    const { accountId } = auth.scope(req);
+  async function one(req: FastifyRequest): Promise<DaemonInfo> {
+    const { accountId } = await auth.scope(req);
     const id = (req.params as { daemon_id: string }).daemon_id;
     requireId(req, id);
     const d = daemons.get(id);
@@ -50,7 +50,7 @@ export const daemonRoutes: FastifyPluginAsync<DaemonRoutesOptions> = async (api,
   }
 
   api.get(DAEMONS_PATH, async (req) => {
-    const { accountId } = auth.scope(req);
+    const { accountId } = await auth.scope(req);
     const rulesetId = queryText(req, 'ruleset_id');
     const version = queryText(req, 'version');
     const connected = queryText(req, 'connected');
@@ -76,11 +76,11 @@ export const daemonRoutes: FastifyPluginAsync<DaemonRoutesOptions> = async (api,
     return ok(result, { page, per_page: perPage, count: result.length, total_count: all.length, total_pages: Math.ceil(all.length / perPage) });
   });
 
-  api.get(`${DAEMONS_PATH}/:daemon_id`, async (req) => ok(view(one(req), staleMs, Date.now())));
+  api.get(`${DAEMONS_PATH}/:daemon_id`, async (req) => ok(view(await one(req), staleMs, Date.now())));
 
   // Revoking is idempotent: a revoked daemon answers as it is.
   api.delete(`${DAEMONS_PATH}/:daemon_id`, async (req) => {
-    let d = one(req);
+    let d = await one(req);
     if (d.revoked_on === null) d = daemons.revoke(d.id);
     hub.revoked(d.id);
     return ok(view(d, staleMs, Date.now()));

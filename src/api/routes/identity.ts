@@ -64,7 +64,7 @@ export const identityRoutes: FastifyPluginAsync<IdentityRoutesOptions> = async (
   });
 
   api.get('/accounts/:account_id', async (req) => {
-    const { accountId } = auth.scope(req);
+    const { accountId } = await auth.scope(req);
     return ok(account(users.accountRows([accountId])[0] ?? { id: accountId, created_on: '' }));
   });
 
@@ -77,7 +77,7 @@ export const identityRoutes: FastifyPluginAsync<IdentityRoutesOptions> = async (
   });
 
   api.get('/zones/:zone_id', async (req) => {
-    const { zoneId } = auth.scope(req);
+    const { zoneId } = await auth.scope(req);
     const row = users.zoneRows([], [zoneId!])[0];
     if (row === undefined) throw apiError('AUTH_FORBIDDEN', 'Authentication error');
     return ok(zone(row));

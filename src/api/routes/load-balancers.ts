@@ -59,40 +59,40 @@ export const loadBalancerRoutes: FastifyPluginAsync<LoadBalancerRoutesOptions> =
   const { auth, loadBalancing: lb, limits } = services;
   const base = '/accounts/:account_id/load_balancers';
 
-  function scope(req: FastifyRequest): { accountId: string; params: Params } {
-    const { accountId } = auth.scope(req);
+  async function scope(req: FastifyRequest): Promise<{ accountId: string; params: Params }> {
+    const { accountId } = await auth.scope(req);
     const params = req.params as Params;
     for (const k of ['pool_id', 'monitor_id'] as const) if (params[k] !== undefined) requireId(req, params[k]);
     return { accountId, params };
   }
 
   // ---- monitors
-  api.post(`${base}/monitors`, async (req) => ok(lb.createMonitor(scope(req).accountId, req.body)));
+  api.post(`${base}/monitors`, async (req) => ok(lb.createMonitor((await scope(req)).accountId, req.body)));
   api.get(`${base}/monitors`, async (req) => {
-    const all = lb.monitors(scope(req).accountId);
+    const all = lb.monitors((await scope(req)).accountId);
     return ok(all, { page: 1, per_page: all.length, count: all.length, total_count: all.length, total_pages: 1 });
   });
   api.get(`${base}/monitors/:monitor_id`, async (req) => {
-    const { accountId, params } = scope(req);
+    const { accountId, params } = await scope(req);
     return ok(lb.monitor(accountId, params.monitor_id!));
   });
   api.put(`${base}/monitors/:monitor_id`, async (req) => {
-    const { accountId, params } = scope(req);
+    const { accountId, params } = await scope(req);
     return ok(lb.updateMonitor(accountId, params.monitor_id!, req.body, false));
   });
   api.patch(`${base}/monitors/:monitor_id`, async (req) => {
-    const { accountId, params } = scope(req);
+    const { accountId, params } = await scope(req);
     return ok(lb.updateMonitor(accountId, params.monitor_id!, req.body, true));
   });
   api.delete(`${base}/monitors/:monitor_id`, async (req) => {
-    const { accountId, params } = scope(req);
+    const { accountId, params } = await scope(req);
     return ok(lb.deleteMonitor(accountId, params.monitor_id!));
   });
 
   // ---- pools
-  api.post(`${base}/pools`, async (req) => ok(lb.createPool(scope(req).accountId, req.body)));
+  api.post(`${base}/pools`, async (req) => ok(lb.createPool((await scope(req)).accountId, req.body)));
   api.get(`${base}/pools`, async (req) => {
-    const { accountId } = scope(req);
+    const { accountId } = await scope(req);
     // A listing without pagination parameters returns every pool (the SDK's list is a single page).
     const monitor = queryText(req, 'monitor') ?? null;
     if (monitor !== null && !/^[0-9a-f]{32}$/.test(monitor)) throw apiError('API_BAD_QUERY', 'monitor must be a monitor id (32 hex characters)', { pointer: 'monitor' });
@@ -100,28 +100,28 @@ export const loadBalancerRoutes: FastifyPluginAsync<LoadBalancerRoutesOptions> =
     return ok(result, info);
   });
   api.patch(`${base}/pools`, async (req) => {
-    const { accountId } = scope(req);
+    const { accountId } = await scope(req);
     const { result, info } = lb.bulkEdit(accountId, req.body, pageRequest(req, limits.maxPerPage, DEFAULT_POOLS_PAGE));
     return ok(result, info);
   });
   api.get(`${base}/pools/:pool_id`, async (req) => {
-    const { accountId, params } = scope(req);
+    const { accountId, params } = await scope(req);
     return ok(lb.pool(accountId, params.pool_id!));
   });
   api.put(`${base}/pools/:pool_id`, async (req) => {
-    const { accountId, params } = scope(req);
+    const { accountId, params } = await scope(req);
     return ok(lb.updatePool(accountId, params.pool_id!, req.body, false));
   });
   api.patch(`${base}/pools/:pool_id`, async (req) => {
-    const { accountId, params } = scope(req);
+    const { accountId, params } = await scope(req);
     return ok(lb.updatePool(accountId, params.pool_id!, req.body, true));
   });
   api.delete(`${base}/pools/:pool_id`, async (req) => {
-    const { accountId, params } = scope(req);
+    const { accountId, params } = await scope(req);
     return ok(lb.deletePool(accountId, params.pool_id!));
   });
   api.get(`${base}/pools/:pool_id/health`, async (req) => {
-    const { accountId, params } = scope(req);
+    const { accountId, params } = await scope(req);
     return ok(lb.poolHealth(accountId, params.pool_id!));
   });
 };
