@@ -115,7 +115,7 @@ export function createServices(options: ServicesOptions): Services {
   const store = sqlite.database;
   const limits: ApiLimits = { ...DEFAULT_API_LIMITS, ...(options.limits ?? {}) };
   const users = sqlite.sync.users;
-  const listOperations = createListOperations({ lists: sqlite.sync.lists, maxListItems: limits.maxListItems, logger });
+  const listOperations = createListOperations({ lists: sqlite.lists, maxListItems: limits.maxListItems, logger });
   const changes: ChangeFeed = options.changes ?? sqlite.changes;
   const hub = new ChannelHub(store, changes, logger, options.channel);
   const lbStore = sqlite.sync.loadBalancing;
@@ -148,7 +148,7 @@ export function createServices(options: ServicesOptions): Services {
       logger?.warn({ address, failures: l.maxFailures, windowSeconds: l.windowSeconds }, 'too many failed authentications: further failures from this address are answered 429 until the window ends'),
     ),
     rulesets: new RulesetService(store, limits),
-    lists: new ListService(store, limits, () => listOperations.wake()),
+    lists: new ListService(sqlite.lists, limits, () => listOperations.wake()),
     listOperations,
     daemons: sqlite.sync.daemons,
     loadBalancing: new LoadBalancingService(store, options.loadBalancing, lbStore),

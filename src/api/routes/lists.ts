@@ -40,35 +40,35 @@ export const listRoutes: FastifyPluginAsync<ListRoutesOptions> = async (api, { s
 
   api.post(base, async (req) => {
     const { accountId } = await scope(req);
-    return ok(lists.create(accountId, req.body));
+    return ok(await lists.create(accountId, req.body));
   });
 
-  read(base, async (req) => ok(lists.all((await scope(req)).accountId)));
+  read(base, async (req) => ok(await lists.all((await scope(req)).accountId)));
 
   api.get(`${base}/bulk_operations/:operation_id`, async (req) => {
     const { accountId, params } = await scope(req);
-    return ok(lists.operation(accountId, params.operation_id));
+    return ok(await lists.operation(accountId, params.operation_id));
   });
 
   read(`${base}/:list_id`, async (req) => {
     const { accountId, params } = await scope(req);
-    return ok(lists.get(accountId, params.list_id));
+    return ok(await lists.get(accountId, params.list_id));
   });
 
   api.put(`${base}/:list_id`, async (req) => {
     const { accountId, params } = await scope(req);
-    return ok(lists.update(accountId, params.list_id, req.body));
+    return ok(await lists.update(accountId, params.list_id, req.body));
   });
 
   api.delete(`${base}/:list_id`, async (req) => {
     const { accountId, params } = await scope(req);
-    lists.delete(accountId, params.list_id);
+    await lists.delete(accountId, params.list_id);
     return ok({ id: params.list_id });
   });
 
   read(`${base}/:list_id/items`, async (req) => {
     const { accountId, params } = await scope(req);
-    const page = lists.items(accountId, params.list_id, {
+    const page = await lists.items(accountId, params.list_id, {
       cursor: queryText(req, 'cursor'),
       search: queryText(req, 'search'),
       perPage: perPageOf(req, DEFAULT_PER_PAGE, limits.maxPerPage),
@@ -81,7 +81,7 @@ export const listRoutes: FastifyPluginAsync<ListRoutesOptions> = async (api, { s
 
   read(`${base}/:list_id/items/:item_id`, async (req) => {
     const { accountId, params } = await scope(req);
-    return ok(lists.item(accountId, params.list_id, params.item_id));
+    return ok(await lists.item(accountId, params.list_id, params.item_id));
   });
 
   // The three item writes answer 200 with the operation id (the SDK accepts any
@@ -93,7 +93,7 @@ export const listRoutes: FastifyPluginAsync<ListRoutesOptions> = async (api, { s
       url: `${base}/:list_id/items`,
       handler: async (req) => {
         const { accountId, params } = await scope(req);
-        return ok({ operation_id: lists.write(accountId, params.list_id, op, req.body) });
+        return ok({ operation_id: await lists.write(accountId, params.list_id, op, req.body) });
       },
     });
   }
