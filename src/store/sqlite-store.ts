@@ -237,7 +237,11 @@ export class SqliteStore implements Store {
     this.isClosed = true;
     await this.changes.stop();
     // The queued writes still run (they were accepted); then the connection closes.
-    while (this.flushScheduled || this.gateHeld) await this.acquire().then(() => this.release());
+    for (;;) {
+      if (this.flushScheduled) await new Promise((resolve) => setImmediate(resolve));
+      else if (this.gateHeld) await this.acquire().then(() => this.release());
+      else break;
+    }
     this.database.close();
   }
 

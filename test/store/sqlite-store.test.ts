@@ -157,3 +157,15 @@ describe('recording probes', () => {
     expect(store.database.db.pragma('synchronous', { simple: true })).toBe(2);
   });
 });
+
+describe('closing', () => {
+  it('runs the writes already accepted, then refuses new ones', async () => {
+    const accepted = store.write((tx) => tx.users.create(user(1)));
+    await store.close();
+    expect((await accepted).user.email).toBe('u1@example.com');
+    await expect(store.write((tx) => tx.users.create(user(2)))).rejects.toMatchObject({ code: 8001 });
+    const other = new BetterSqlite3(join(dir, 'moat.db'), { readonly: true });
+    expect(other.prepare('SELECT email FROM users').all()).toEqual([{ email: 'u1@example.com' }]);
+    other.close();
+  });
+});
