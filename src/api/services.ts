@@ -151,7 +151,7 @@ export function createServices(options: ServicesOptions): Services {
     lists: new ListService(sqlite.lists, limits, () => listOperations.wake()),
     listOperations,
     daemons: sqlite.sync.daemons,
-    loadBalancing: new LoadBalancingService(store, options.loadBalancing, lbStore),
+    loadBalancing: new LoadBalancingService(sqlite.loadBalancing, options.loadBalancing, lbStore),
     healthMonitor,
     changes,
     hub,
