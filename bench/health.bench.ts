@@ -55,7 +55,7 @@ export async function runHealthBench(): Promise<void> {
       const origins = Array.from({ length: PER_POOL }, (_, i) => ({ name: `o${i}`, address: '127.0.0.1', port: ports[i] }));
       await lb.createPool(account, { name: `pool-${p}`, monitor: monitor.id, origins });
     }
-    const hm = new HealthMonitor({ store: lb.store });
+    const hm = new HealthMonitor({ store: sqlite.loadBalancing });
     hm.start();
     // The first interval spreads the first probes on purpose: measure from the second.
     await new Promise((r) => setTimeout(r, 1500));

@@ -119,7 +119,7 @@ export function createServices(options: ServicesOptions): Services {
   const changes: ChangeFeed = options.changes ?? sqlite.changes;
   const hub = new ChannelHub(store, changes, logger, options.channel);
   const lbStore = sqlite.sync.loadBalancing;
-  const healthMonitor = new HealthMonitor({ ...(options.health ?? {}), store: lbStore, logger });
+  const healthMonitor = new HealthMonitor({ ...(options.health ?? {}), store: sqlite.loadBalancing, logger });
   const alertingStore = new AlertingStore(store, n.pools ?? lbStore);
   const mailer = createMailer({ smtpUrl: n.smtpUrl, from: n.mailFrom ?? DEFAULT_MAIL_FROM, spoolDir: n.spoolDir ?? join(dirname(store.file), 'mail-spool') });
   const delivery = new DeliveryWorker({

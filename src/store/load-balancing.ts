@@ -312,7 +312,7 @@ export class LoadBalancingStore {
         for (const p of probes) {
           try {
             // A nested transaction function runs in a savepoint (better-sqlite3).
-            out.push(this.db.transaction(() => this.recordOne(p))());
+            out.push(this.db.transaction(() => this.recordProbe(p))());
           } catch (err) {
             out.push(err instanceof Error ? err : new Error(String(err)));
           }
@@ -324,7 +324,8 @@ export class LoadBalancingStore {
     return out;
   }
 
-  private recordOne(p: ProbeRecord): HealthEvent[] {
+  /** Writes one probe's rows and events and tells this repository's (synchronous) listeners, in the caller's transaction. */
+  recordProbe(p: ProbeRecord): HealthEvent[] {
     const events = this.recordProbeRows(p);
     for (const e of events) for (const l of this.listeners) l(e);
     return events;

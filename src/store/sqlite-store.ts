@@ -340,7 +340,8 @@ export class SqliteStore implements Store {
     const out: (HealthEvent[] | Error)[] = [];
     for (const p of probes) {
       const r = await this.inSavepoint(async () => {
-        const events = this.sync.loadBalancing.recordProbeRows(p);
+        // The synchronous repository's own listeners first (notify's Notifier, until it is on the Store), then the Store's.
+        const events = this.sync.loadBalancing.recordProbe(p);
         for (const e of events) for (const l of this.healthListeners) await l(e, this.tx);
         return events;
       });
