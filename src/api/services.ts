@@ -134,9 +134,9 @@ export function createServices(options: ServicesOptions): Services {
     deprecation:
       n.deprecationIntervalMs === 0 ? undefined : new DeprecationNotices(store, n.legacyPools ?? lbStore, n.deprecationIntervalMs),
   });
-  const notifier = new Notifier(alertingStore, n.clock ?? { now: () => Date.now() }, () => setImmediate(() => delivery.wake()));
+  const notifier = new Notifier(n.clock ?? { now: () => Date.now() }, () => setImmediate(() => delivery.wake()));
   // Health edges queue their notifications in the transaction that records them (issue #18 item 9).
-  lbStore.onHealthEvent((event) => notifier.onHealthEvent(event));
+  sqlite.onHealthEvent(notifier.onHealthEvent);
   // A legacy address set on a pool is told of the deprecation at once, not at the next periodic check (a minute later).
   lbStore.onPoolsWritten(() => setImmediate(() => delivery.legacyChanged()));
   return {
