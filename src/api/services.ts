@@ -7,7 +7,7 @@
 
 import { dirname, join } from 'node:path';
 import { HealthMonitor, type HealthMonitorOptions } from '../health/index.js';
-import { AlertingStore, DeliveryWorker, DeprecationNotices, Notifier, createMailer, sqliteNotifyRepos, type Clock, type LegacyPools, type PoolDirectory, type Resolver } from '../notify/index.js';
+import { DeliveryWorker, DeprecationNotices, Notifier, createMailer, sqliteNotifyRepos, type Clock, type LegacyPools, type PoolDirectory, type Resolver } from '../notify/index.js';
 import { Database, SqliteStore, type Daemons, type Store, type Users } from '../store/index.js';
 import { AlertingService } from './alerting-service.js';
 import type { ChangeFeed } from './change-feed.js';
@@ -120,11 +120,9 @@ export function createServices(options: ServicesOptions): Services {
   const hub = new ChannelHub(store, changes, logger, options.channel);
   const lbStore = sqlite.sync.loadBalancing;
   const healthMonitor = new HealthMonitor({ ...(options.health ?? {}), store: sqlite.loadBalancing, logger });
-  const alertingStore = new AlertingStore(store, n.pools ?? lbStore);
   const mailer = createMailer({ smtpUrl: n.smtpUrl, from: n.mailFrom ?? DEFAULT_MAIL_FROM, spoolDir: n.spoolDir ?? join(dirname(store.file), 'mail-spool') });
   const delivery = new DeliveryWorker({
-    store,
-    alerting: alertingStore,
+    store: sqlite,
     mailer,
     clock: n.clock,
     random: n.random,

@@ -189,8 +189,9 @@ export class SqliteStore implements Store {
     this.sync.loadBalancing.onPoolsWritten(listener);
   }
 
+  /** Closed by close(), or its database closed underneath it. */
   get closed(): boolean {
-    return this.isClosed;
+    return this.isClosed || !this.database.db.open;
   }
 
   write<T>(fn: (tx: Repos) => Promise<T>, options: WriteOptions = {}): Promise<T> {

@@ -38,8 +38,7 @@ afterEach(async () => {
 
 function worker(mailer?: Mailer, leaseMs?: number): DeliveryWorker {
   const w = new DeliveryWorker({
-    store: f.store,
-    alerting: f.alerting,
+    store: f.asyncStore,
     mailer: mailer ?? createMailer({ spoolDir: join(f.dir, 'mail-spool'), from: 'Moat <moat@example.com>' }),
     clock: f.clock,
     // No jitter: the waits are the schedule's own.
@@ -176,7 +175,7 @@ describe('webhook delivery', () => {
   it('refuses to deliver to a loopback receiver without --allow-private-webhooks (9403), and retries', async () => {
     webhookPolicy();
     await f.emit(healthEvent(f.accountId, { id: newId() }));
-    const strict = new DeliveryWorker({ store: f.store, alerting: f.alerting, mailer: createMailer({ spoolDir: join(f.dir, 'spool'), from: 'm@example.com' }), clock: f.clock });
+    const strict = new DeliveryWorker({ store: f.asyncStore, mailer: createMailer({ spoolDir: join(f.dir, 'spool'), from: 'm@example.com' }), clock: f.clock });
     workers.push(strict);
     await strict.runOnce();
     expect(receiver.received).toHaveLength(0);
@@ -195,14 +194,14 @@ describe('sharing the outbox', () => {
     });
     await f.emit(healthEvent(f.accountId, { id: newId() }));
     const [a, b] = [worker(), worker()];
-    const first = a.outbox.claim(a.owner, f.clock.t, 60_000, 6).map((r) => r.id);
-    const second = b.outbox.claim(b.owner, f.clock.t, 60_000, 6).map((r) => r.id);
+    const first = (await a.outbox.claim(a.owner, f.clock.t, 60_000, 6)).map((r) => r.id);
+    const second = (await b.outbox.claim(b.owner, f.clock.t, 60_000, 6)).map((r) => r.id);
     expect(first).toHaveLength(6);
     expect(second).toHaveLength(4);
     expect(new Set([...first, ...second]).size).toBe(10);
     // Until the leases run out, nobody else gets them.
-    expect(a.outbox.claim('third', f.clock.t + 59_999, 60_000, 10)).toEqual([]);
-    expect(a.outbox.claim('third', f.clock.t + 60_000, 60_000, 10)).toHaveLength(10);
+    expect(await a.outbox.claim('third', f.clock.t + 59_999, 60_000, 10)).toEqual([]);
+    expect(await a.outbox.claim('third', f.clock.t + 60_000, 60_000, 10)).toHaveLength(10);
   });
 
   it('gives up a webhook whose destination was deleted after the notification was queued', async () => {
@@ -228,14 +227,14 @@ describe('history retention', () => {
     await receiver.down();
     await f.emit(healthEvent(f.accountId, { id: newId() }));
     f.clock.advance(90 * 24 * H - 1);
-    const kept = new DeliveryWorker({ store: f.store, alerting: f.alerting, mailer: createMailer({ spoolDir: join(f.dir, 's'), from: 'm@example.com' }), clock: f.clock, allowPrivateWebhooks: true });
+    const kept = new DeliveryWorker({ store: f.asyncStore, mailer: createMailer({ spoolDir: join(f.dir, 's'), from: 'm@example.com' }), clock: f.clock, allowPrivateWebhooks: true });
     workers.push(kept);
     await kept.runOnce();
     expect(history().map((h) => h.outcome)).toEqual(['delivered', 'failed']);
     f.clock.advance(2);
-    const later = new DeliveryWorker({ store: f.store, alerting: f.alerting, mailer: createMailer({ spoolDir: join(f.dir, 's'), from: 'm@example.com' }), clock: f.clock, allowPrivateWebhooks: true });
+    const later = new DeliveryWorker({ store: f.asyncStore, mailer: createMailer({ spoolDir: join(f.dir, 's'), from: 'm@example.com' }), clock: f.clock, allowPrivateWebhooks: true });
     workers.push(later);
-    later.outbox.prune(f.clock.now());
+    await later.outbox.prune(f.clock.now());
     // The first delivery (90 days and 1 ms ago) is gone; the pending notification and its recent attempt stay.
     expect(history().map((h) => h.outcome)).toEqual(['failed']);
     expect(f.outbox().map((r) => r.status)).toEqual(['pending']);
