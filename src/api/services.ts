@@ -100,7 +100,7 @@ export interface Services {
   readonly delivery: DeliveryWorker;
   /** Load balancer monitors, pools and their health. */
   readonly loadBalancing: LoadBalancingService;
-  /** The probe scheduler: origins' health and its events (register listeners on `loadBalancing.store`). */
+  /** The probe scheduler: origins' health and its events (register listeners with `store.onHealthEvent`). */
   readonly healthMonitor: HealthMonitor;
   /** Every background runner, not started: the server starts them once it listens. */
   readonly runners: Runners;
