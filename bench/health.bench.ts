@@ -14,7 +14,8 @@ import { monitorEventLoopDelay } from 'node:perf_hooks';
 import { join } from 'node:path';
 import { LoadBalancingService } from '../src/api/index.js';
 import { HealthMonitor } from '../src/health/index.js';
-import { Database, newId } from '../src/store/index.js';
+import { Database, SqliteStore, newId } from '../src/store/index.js';
+import { sqliteNotifyRepos } from '../src/notify/index.js';
 
 const SECONDS = Number(process.env.MOAT_BENCH_HEALTH_SECONDS ?? 10);
 const ORIGINS = Number(process.env.MOAT_BENCH_HEALTH_ORIGINS ?? 2000);
@@ -46,14 +47,15 @@ export async function runHealthBench(): Promise<void> {
   const dir = mkdtempSync(join(tmpdir(), 'moat-bench-health-'));
   const store = Database.open(dir);
   try {
-    const lb = new LoadBalancingService(store, { minIntervalSeconds: 1, rawSockets: false });
+    const sqlite = new SqliteStore(store, sqliteNotifyRepos);
+    const lb = new LoadBalancingService(sqlite.loadBalancing, { minIntervalSeconds: 1, rawSockets: false }, sqlite.sync.loadBalancing);
     const account = newId();
-    const monitor = lb.createMonitor(account, { type: 'http', interval: 1, timeout: 1, retries: 0 });
+    const monitor = await lb.createMonitor(account, { type: 'http', interval: 1, timeout: 1, retries: 0 });
     for (let p = 0; p < ORIGINS / PER_POOL; p++) {
       const origins = Array.from({ length: PER_POOL }, (_, i) => ({ name: `o${i}`, address: '127.0.0.1', port: ports[i] }));
-      lb.createPool(account, { name: `pool-${p}`, monitor: monitor.id, origins });
+      await lb.createPool(account, { name: `pool-${p}`, monitor: monitor.id, origins });
     }
-    const hm = new HealthMonitor({ store: lb.store });
+    const hm = new HealthMonitor({ store: sqlite.loadBalancing });
     hm.start();
     // The first interval spreads the first probes on purpose: measure from the second.
     await new Promise((r) => setTimeout(r, 1500));

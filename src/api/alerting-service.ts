@@ -6,13 +6,13 @@
 // carries the status code (or the connection error) in its message.
 
 import { MoatError } from '../errors/index.js';
-import { postWebhook, TEST_MESSAGE, webhookUrlProblem, type AlertingStore, type Resolver, type WebhookInput } from '../notify/index.js';
-import { newId } from '../store/index.js';
+import { checkWebhook, postWebhook, TEST_MESSAGE, webhookUrlProblem, type Resolver, type WebhookInput } from '../notify/index.js';
+import { newId, type AlertingRepo } from '../store/index.js';
 
 /** The alerting routes' behaviour. */
 export class AlertingService {
   constructor(
-    readonly store: AlertingStore,
+    readonly store: AlertingRepo,
     private readonly allowPrivate: boolean,
     private readonly resolver: Resolver | undefined,
   ) {}
@@ -35,18 +35,18 @@ export class AlertingService {
 
   /** Creates a destination after a successful test; returns its id. */
   async createWebhook(accountId: string, body: unknown): Promise<string> {
-    const w = this.store.checkWebhook(body);
+    const w = checkWebhook(body);
     await this.tryOut(w, w.secret === undefined || w.secret === '' ? null : w.secret);
-    return this.store.insertWebhook(accountId, w);
+    return await this.store.insertWebhook(accountId, w);
   }
 
   /** Replaces a destination's name and URL (and secret when given); a changed URL or secret is tested first. */
   async updateWebhook(accountId: string, id: string, body: unknown): Promise<string> {
-    const current = this.store.webhook(accountId, id);
-    const w = this.store.checkWebhook(body);
-    const secret = w.secret === undefined ? this.store.webhookSecret(accountId, id) : w.secret === '' ? null : w.secret;
+    const current = await this.store.webhook(accountId, id);
+    const w = checkWebhook(body);
+    const secret = w.secret === undefined ? await this.store.webhookSecret(accountId, id) : w.secret === '' ? null : w.secret;
     if (w.url.href !== current.url || w.secret !== undefined) await this.tryOut(w, secret);
-    this.store.updateWebhook(accountId, id, w);
+    await this.store.updateWebhook(accountId, id, w);
     return id;
   }
 }

@@ -7,7 +7,7 @@
 
 import type { FastifyRequest } from 'fastify';
 import { MoatError, type ErrorName } from '../errors/index.js';
-import { isId, isWellFormedEmail, isWellFormedKey, isWellFormedToken, type Principal, type Tokens, type Users } from '../store/index.js';
+import { isId, isWellFormedEmail, isWellFormedKey, isWellFormedToken, type Principal, type TokensRepo, type UsersRepo } from '../store/index.js';
 import { apiError } from './api-error.js';
 import { DEFAULT_AUTH_LIMIT, FailureLimiter, TokenBucket, type AuthLimitOptions } from './auth-limit.js';
 import { shownPath } from './request.js';
@@ -47,12 +47,12 @@ export class RetryLaterError extends MoatError {
 const READ_METHODS = new Set(['GET', 'HEAD', 'OPTIONS']);
 
 /** The principal of a bearer token; throws Cloudflare's errors for a malformed or unknown one. */
-function authenticateToken(authorization: string, tokens: Tokens): Principal {
+async function authenticateToken(authorization: string, tokens: TokensRepo): Promise<Principal> {
   const m = /^Bearer +(\S+)\s*$/i.exec(authorization);
   if (m === null || !isWellFormedToken(m[1]!)) {
     throw apiError('AUTH_MISSING_HEADERS', 'Invalid request headers', { chain: [apiError('AUTH_BAD_AUTHORIZATION_HEADER', 'Invalid format for Authorization header')] });
   }
-  const p = tokens.verify(m[1]!);
+  const p = await tokens.verify(m[1]!);
   if (p === undefined) throw apiError('AUTH_INVALID_TOKEN', 'Invalid API Token');
   return p;
 }
@@ -62,12 +62,12 @@ function authenticateToken(authorization: string, tokens: Tokens): Principal {
  * malformed or unknown credentials, and 403/7402 for a write with a read-only
  * token. X-Auth-Email/X-Auth-Key win when both schemes are sent.
  */
-export function authenticate(req: FastifyRequest, users: Users, tokens: Tokens, mayCheckScrypt: () => boolean = () => true): Principal {
+export async function authenticate(req: FastifyRequest, users: UsersRepo, tokens: TokensRepo, mayCheckScrypt: () => boolean = () => true): Promise<Principal> {
   const email = header(req, 'x-auth-email');
   const key = header(req, 'x-auth-key');
   const authorization = header(req, 'authorization');
   if ((email === undefined || email === '') && (key === undefined || key === '') && authorization !== undefined && authorization !== '') {
-    const p = authenticateToken(authorization, tokens);
+    const p = await authenticateToken(authorization, tokens);
     if (p.readOnly && !READ_METHODS.has(req.method)) {
       throw apiError('AUTH_TOKEN_READ_ONLY', `this API token is read-only: ${req.method} needs a token with edit access`);
     }
@@ -85,7 +85,7 @@ export function authenticate(req: FastifyRequest, users: Users, tokens: Tokens, 
   if (!isWellFormedKey(key)) {
     throw apiError('AUTH_MISSING_HEADERS', 'Invalid request headers', { chain: [apiError('AUTH_BAD_KEY_HEADER', 'Invalid format for X-Auth-Key header')] });
   }
-  const r = users.verifyKey(email, key, mayCheckScrypt);
+  const r = await users.verifyKey(email, key, mayCheckScrypt);
   if (r.outcome === 'ok') return r.principal;
   if (r.outcome === 'legacy-deferred') {
     throw new RetryLaterError('AUTH_LEGACY_BUSY', 'This key is still stored with the old scrypt hash and the server is checking as many of those as it allows; retry shortly', 1);
@@ -105,7 +105,7 @@ function badId(req: FastifyRequest): never {
  * after checking the principal may reach it. A zone is reachable through its
  * account or through a grant of that zone.
  */
-export function scopeOf(req: FastifyRequest, principal: Principal, users: Users): Scope {
+export async function scopeOf(req: FastifyRequest, principal: Principal, users: UsersRepo): Promise<Scope> {
   const params = req.params as { account_id?: string; zone_id?: string };
   if (params.account_id !== undefined) {
     if (!isId(params.account_id)) badId(req);
@@ -115,7 +115,7 @@ export function scopeOf(req: FastifyRequest, principal: Principal, users: Users)
   if (params.zone_id !== undefined) {
     if (!isId(params.zone_id)) badId(req);
     const granted = principal.zones.get(params.zone_id);
-    const account = granted ?? users.zoneAccount(params.zone_id);
+    const account = granted ?? (await users.zoneAccount(params.zone_id));
     if (account === undefined || (granted === undefined && !principal.accounts.has(account))) {
       throw apiError('AUTH_FORBIDDEN', 'Authentication error');
     }
@@ -144,8 +144,8 @@ export class Auth {
   private readonly scryptBudget: TokenBucket;
 
   constructor(
-    readonly users: Users,
-    readonly tokens: Tokens,
+    readonly users: UsersRepo,
+    readonly tokens: TokensRepo,
     limit: Partial<AuthLimitOptions> = {},
     /** Told once per window when an address reaches the limit (the server logs it: an operator wants to see a flood). */
     private readonly onLimited: (address: string, limit: AuthLimitOptions) => void = () => {},
@@ -163,11 +163,11 @@ export class Auth {
    * Its failures are answered 429 with Retry-After instead of 403, and it may
    * not spend the scrypt budget.
    */
-  authenticate(req: FastifyRequest): Principal {
+  async authenticate(req: FastifyRequest): Promise<Principal> {
     const address = req.ip;
     const limited = this.failures.retryAfter(address) > 0;
     try {
-      return authenticate(req, this.users, this.tokens, () => !limited && this.scryptBudget.take());
+      return await authenticate(req, this.users, this.tokens, () => !limited && this.scryptBudget.take());
     } catch (err) {
       if (!(err instanceof MoatError) || !(FAILED_CREDENTIALS.has(err.errorName) || (limited && err.errorName === 'AUTH_LEGACY_BUSY'))) throw err;
       if (this.failures.fail(address)) this.onLimited(address ?? '?', this.limit);
@@ -180,7 +180,7 @@ export class Auth {
   }
 
   /** The scope of an authenticated request's path (see scopeOf). */
-  scope(req: FastifyRequest): Scope {
+  scope(req: FastifyRequest): Promise<Scope> {
     return scopeOf(req, principalOf(req), this.users);
   }
 }

@@ -3,7 +3,7 @@
 // operations in the background, oldest first and one at a time, each in its
 // own transaction, and picks up whatever a previous process left queued.
 
-import type { ListStore } from '../store/index.js';
+import type { ListsRepo } from '../store/index.js';
 import type { Runner, RunnerLogger } from './runner.js';
 
 /** The runner, with the hook the lists service calls after queueing. */
@@ -14,7 +14,7 @@ export interface ListOperationsRunner extends Runner {
 
 /** Options of the runner. */
 export interface ListOperationsOptions {
-  lists: ListStore;
+  lists: ListsRepo;
   /** Items a list may hold; an operation that would pass it fails. */
   maxListItems: number;
   logger?: RunnerLogger | undefined;
@@ -33,19 +33,19 @@ export function createListOperations(options: ListOperationsOptions): ListOperat
 
   // Yields to the event loop between steps so requests (the status endpoint
   // included) are answered while a queue drains; applying one operation is a
-  // single synchronous transaction.
+  // single transaction.
   const tick = () => new Promise<void>((resolve) => setImmediate(resolve));
 
   async function drain(): Promise<void> {
     await tick();
     while (!stopped) {
-      const next = lists.nextOperation();
+      const next = await lists.nextOperation();
       if (next === undefined) return;
       try {
-        lists.markRunning(next.id);
+        await lists.markRunning(next.id);
         await tick();
         if (stopped) return;
-        const status = lists.applyOperation(next.id, maxListItems);
+        const status = await lists.applyOperation(next.id, maxListItems);
         logger?.info({ operation: next.id, list: next.listId, status }, 'list bulk operation finished');
       } catch (err) {
         // Only a busy database gets here (another process holds the write
@@ -64,14 +64,14 @@ export function createListOperations(options: ListOperationsOptions): ListOperat
       })
       .finally(() => {
         current = undefined;
-        // Work queued while the last step ran is picked up here.
-        let more = false;
-        try {
-          more = !stopped && lists.nextOperation() !== undefined;
-        } catch {
-          more = false;
-        }
-        if (more) wake();
+        // Work queued while the last step ran is picked up here (a failed look is retried by the next wake).
+        if (stopped) return;
+        lists.nextOperation().then(
+          (more) => {
+            if (more !== undefined) wake();
+          },
+          () => undefined,
+        );
       });
   }
 

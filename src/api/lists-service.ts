@@ -6,11 +6,10 @@
 import type { MoatError } from '../errors/index.js';
 import {
   canonicalItemIp,
-  ListStore,
   managedListName,
   type BulkOp,
   type BulkOperationObject,
-  type Database,
+  type ListsRepo,
   type ItemInput,
   type ItemPage,
   type ListItemObject,
@@ -126,19 +125,16 @@ function parseDeleteIds(body: unknown): string[] {
 
 /** Lists of one database, as the API sees them. */
 export class ListService {
-  private readonly lists: ListStore;
 
   /** `queued` is called after an item write is queued (the runner's wake). */
   constructor(
-    store: Database,
+    private readonly lists: ListsRepo,
     private readonly limits: ApiLimits,
     private readonly queued: () => void = () => {},
-  ) {
-    this.lists = new ListStore(store);
-  }
+  ) {}
 
   /** POST /lists: creates an empty list of kind ip. */
-  create(accountId: string, body: unknown): ListObject {
+  async create(accountId: string, body: unknown): Promise<ListObject> {
     if (!isObject(body)) throw invalidField('', 'the body must be a JSON object: {"name", "kind", "description"}');
     const errors: MoatError[] = [];
     unknownFields(body, ['name', 'kind', 'description'], '', errors);
@@ -151,21 +147,21 @@ export class ListService {
     const description = text(body, 'description', errors, false);
     checkDescription(description, errors);
     throwAll(errors);
-    return this.lists.create(accountId, { name: name!, kind: 'ip', description: description ?? '' }, this.limits.maxLists);
+    return await this.lists.create(accountId, { name: name!, kind: 'ip', description: description ?? '' }, this.limits.maxLists);
   }
 
   /** The account's lists, oldest first. */
-  all(accountId: string): ListObject[] {
+  all(accountId: string): Promise<ListObject[]> {
     return this.lists.all(accountId);
   }
 
   /** One list (404 with 7300 when the account has none of that id). */
-  get(accountId: string, listId: string): ListObject {
+  get(accountId: string, listId: string): Promise<ListObject> {
     return this.lists.getOrThrow(accountId, listId);
   }
 
   /** PUT /lists/{id}: sets the description; name and kind may be sent only unchanged. */
-  update(accountId: string, listId: string, body: unknown): ListObject {
+  async update(accountId: string, listId: string, body: unknown): Promise<ListObject> {
     if (!isObject(body)) throw invalidField('', 'the body must be a JSON object: {"description"}');
     const errors: MoatError[] = [];
     unknownFields(body, ['name', 'kind', 'description'], '', errors);
@@ -173,30 +169,30 @@ export class ListService {
     checkDescription(description, errors);
     throwAll(errors);
     // Name and kind are immutable; sending them unchanged (as a read-modify-write client does) is fine.
-    const current = this.lists.getOrThrow(accountId, listId);
+    const current = await this.lists.getOrThrow(accountId, listId);
     if (body.name !== undefined && body.name !== current.name) errors.push(invalidField('/name', 'the name of a list cannot be changed'));
     if (body.kind !== undefined && body.kind !== current.kind) errors.push(invalidField('/kind', 'the kind of a list cannot be changed'));
     throwAll(errors);
-    return this.lists.updateDescription(accountId, listId, description!);
+    return await this.lists.updateDescription(accountId, listId, description!);
   }
 
   /** Deletes a list (refused while a ruleset names it). */
-  delete(accountId: string, listId: string): void {
-    this.lists.delete(accountId, listId);
+  delete(accountId: string, listId: string): Promise<void> {
+    return this.lists.delete(accountId, listId);
   }
 
   /** A page of items, in address order, from a cursor and with an optional prefix search. */
-  items(accountId: string, listId: string, page: { cursor?: string | undefined; search?: string | undefined; perPage: number }): ItemPage {
+  items(accountId: string, listId: string, page: { cursor?: string | undefined; search?: string | undefined; perPage: number }): Promise<ItemPage> {
     return this.lists.items(accountId, listId, page);
   }
 
   /** One item. */
-  item(accountId: string, listId: string, itemId: string): ListItemObject {
+  item(accountId: string, listId: string, itemId: string): Promise<ListItemObject> {
     return this.lists.item(accountId, listId, itemId);
   }
 
   /** The state of a bulk operation. */
-  operation(accountId: string, operationId: string): BulkOperationObject {
+  operation(accountId: string, operationId: string): Promise<BulkOperationObject> {
     return this.lists.operation(accountId, operationId);
   }
 
@@ -204,10 +200,10 @@ export class ListService {
    * An item write (append, replace or delete) to an existing list: the whole
    * body is checked, then queued for the runner; returns the operation id.
    */
-  write(accountId: string, listId: string, op: BulkOp, body: unknown): string {
-    this.lists.getOrThrow(accountId, listId);
+  async write(accountId: string, listId: string, op: BulkOp, body: unknown): Promise<string> {
+    await this.lists.getOrThrow(accountId, listId);
     const payload = op === 'delete' ? parseDeleteIds(body) : parseItems(body);
-    const id = this.lists.enqueue(accountId, listId, op, payload);
+    const id = await this.lists.enqueue(accountId, listId, op, payload);
     this.queued();
     return id;
   }

@@ -6,7 +6,7 @@
 
 import { readFileSync } from 'node:fs';
 import type { MoatError } from '../errors/index.js';
-import { isWellFormedEmail, LoadBalancingStore, type Database, type MonitorRow, type OriginHealthRow, type PoolRow } from '../store/index.js';
+import { isWellFormedEmail, type LoadBalancingRepo, type LoadBalancingStore, type MonitorRow, type OriginHealthRow, type PoolRow } from '../store/index.js';
 import { ApiErrors, apiError, invalidField } from './api-error.js';
 import { isObject, unknownFields } from './request.js';
 
@@ -63,12 +63,16 @@ type Body = Record<string, unknown>;
 
 /** The Load Balancing API over one database. */
 export class LoadBalancingService {
-  readonly store: LoadBalancingStore;
   readonly minInterval: number;
   private readonly rawSockets: boolean;
 
-  constructor(db: Database, options: LoadBalancingOptions = {}, store?: LoadBalancingStore) {
-    this.store = store ?? new LoadBalancingStore(db);
+  constructor(
+    /** The repository the API reads and writes through. */
+    private readonly repo: LoadBalancingRepo,
+    options: LoadBalancingOptions = {},
+    /** The synchronous repository of the same SQLite database (the health monitor's and its listeners', until they move to the Store). */
+    readonly store: LoadBalancingStore,
+  ) {
     this.minInterval = options.minIntervalSeconds ?? DEFAULT_MIN_INTERVAL;
     this.rawSockets = options.rawSockets ?? rawSocketsAllowed();
   }
@@ -163,25 +167,25 @@ export class LoadBalancingService {
     return { id: m.id, created_on: m.createdOn, modified_on: m.modifiedOn, ...m.body };
   }
 
-  createMonitor(accountId: string, raw: unknown): Body {
-    return this.monitorView(this.store.createMonitor(accountId, this.monitorBody(raw, undefined)));
+  async createMonitor(accountId: string, raw: unknown): Promise<Body> {
+    return this.monitorView(await this.repo.createMonitor(accountId, this.monitorBody(raw, undefined)));
   }
 
-  monitors(accountId: string): Body[] {
-    return this.store.monitors(accountId).map((m) => this.monitorView(m));
+  async monitors(accountId: string): Promise<Body[]> {
+    return (await this.repo.monitors(accountId)).map((m: MonitorRow) => this.monitorView(m));
   }
 
-  monitor(accountId: string, id: string): Body {
-    return this.monitorView(this.store.monitorOrThrow(accountId, id));
+  async monitor(accountId: string, id: string): Promise<Body> {
+    return this.monitorView(await this.repo.monitorOrThrow(accountId, id));
   }
 
   /** PUT (`merge` false: the body replaces, defaults fill the rest) or PATCH (merged over the current body). */
-  updateMonitor(accountId: string, id: string, raw: unknown, merge: boolean): Body {
-    return this.monitorView(this.store.updateMonitor(accountId, id, (current) => this.monitorBody(raw, merge ? current : undefined)));
+  async updateMonitor(accountId: string, id: string, raw: unknown, merge: boolean): Promise<Body> {
+    return this.monitorView(await this.repo.updateMonitor(accountId, id, (current) => this.monitorBody(raw, merge ? current : undefined)));
   }
 
-  deleteMonitor(accountId: string, id: string): { id: string } {
-    this.store.deleteMonitor(accountId, id);
+  async deleteMonitor(accountId: string, id: string): Promise<{ id: string }> {
+    await this.repo.deleteMonitor(accountId, id);
     return { id };
   }
 
@@ -307,8 +311,8 @@ export class LoadBalancingService {
   }
 
   /** The pool as the API returns it: stored body, read-only stamps, and health when known. */
-  private poolView(p: PoolRow): Body {
-    const health = this.store.originHealth(p.id);
+  private async poolView(p: PoolRow): Promise<Body> {
+    const health = await this.repo.originHealth(p.id);
     const monitored = p.monitorId !== null && p.body.enabled !== false;
     const origins = (p.body.origins as Body[]).map((o) => {
       const h = monitored && o.enabled !== false ? health.get(o.name as string) : undefined;
@@ -318,37 +322,44 @@ export class LoadBalancingService {
     const view: Body = { id: p.id, created_on: p.createdOn, modified_on: p.modifiedOn, ...p.body, origins };
     // Unknown (omitted) until an origin has a result since this server started.
     const fresh = [...health.values()].some((h) => h.checkedOn !== null);
-    const pool = monitored && fresh ? this.store.poolHealth(p.id) : null;
+    const pool = monitored && fresh ? await this.repo.poolHealth(p.id) : null;
     if (pool !== null) view.healthy = pool === 'healthy';
     return view;
   }
 
-  createPool(accountId: string, raw: unknown): Body {
-    const { name, monitorId, body } = this.poolBody(raw, undefined);
-    return this.poolView(this.store.createPool(accountId, name, monitorId, body));
+  /** Views of several pools, in order. */
+  private async views(rows: PoolRow[]): Promise<Body[]> {
+    const out: Body[] = [];
+    for (const r of rows) out.push(await this.poolView(r));
+    return out;
   }
 
-  pool(accountId: string, id: string): Body {
-    return this.poolView(this.store.poolOrThrow(accountId, id));
+  async createPool(accountId: string, raw: unknown): Promise<Body> {
+    const { name, monitorId, body } = this.poolBody(raw, undefined);
+    return this.poolView(await this.repo.createPool(accountId, name, monitorId, body));
+  }
+
+  async pool(accountId: string, id: string): Promise<Body> {
+    return this.poolView(await this.repo.poolOrThrow(accountId, id));
   }
 
   /** A page of the account's pools by name, optionally only those using `monitorId`. */
-  pools(accountId: string, page: PageRequest, monitorId: string | null = null): { result: Body[]; info: Record<string, unknown> } {
-    const { rows, total } = this.store.pools(accountId, page.offset, page.limit, monitorId);
-    return { result: rows.map((r) => this.poolView(r)), info: resultInfo(page, rows.length, total) };
+  async pools(accountId: string, page: PageRequest, monitorId: string | null = null): Promise<{ result: Body[]; info: Record<string, unknown> }> {
+    const { rows, total } = await this.repo.pools(accountId, page.offset, page.limit, monitorId);
+    return { result: await this.views(rows), info: resultInfo(page, rows.length, total) };
   }
 
-  updatePool(accountId: string, id: string, raw: unknown, merge: boolean): Body {
-    return this.poolView(this.store.updatePool(accountId, id, (current) => this.poolBody(raw, merge ? current.body : undefined)));
+  async updatePool(accountId: string, id: string, raw: unknown, merge: boolean): Promise<Body> {
+    return this.poolView(await this.repo.updatePool(accountId, id, (current) => this.poolBody(raw, merge ? current.body : undefined)));
   }
 
-  deletePool(accountId: string, id: string): { id: string } {
-    this.store.deletePool(accountId, id);
+  async deletePool(accountId: string, id: string): Promise<{ id: string }> {
+    await this.repo.deletePool(accountId, id);
     return { id };
   }
 
   /** Bulk PATCH: only `notification_email`, on the requested page; returns the pools changed. */
-  bulkEdit(accountId: string, raw: unknown, page: PageRequest): { result: Body[]; info: Record<string, unknown> } {
+  async bulkEdit(accountId: string, raw: unknown, page: PageRequest): Promise<{ result: Body[]; info: Record<string, unknown> }> {
     if (!isObject(raw)) throw invalidField('', 'the body must be a JSON object: {"notification_email": ""}');
     const errors: MoatError[] = [];
     unknownFields(raw, ['notification_email'], '', errors);
@@ -356,20 +367,20 @@ export class LoadBalancingService {
     if (email === undefined) errors.push(invalidField('/notification_email', 'notification_email is required'));
     else if (email !== '') errors.push(invalidField('/notification_email', 'the bulk update only clears notification_email: send "" (set addresses per pool with PATCH .../pools/{pool_id})'));
     throwAll(errors);
-    const rows = this.store.bulkSetNotificationEmail(accountId, page.offset, page.limit, '');
-    const total = this.store.pools(accountId, 0, 0).total;
-    return { result: rows.map((r) => this.poolView(r)), info: resultInfo(page, rows.length, total) };
+    const rows = await this.repo.bulkSetNotificationEmail(accountId, page.offset, page.limit, '');
+    const total = (await this.repo.pools(accountId, 0, 0)).total;
+    return { result: await this.views(rows), info: resultInfo(page, rows.length, total) };
   }
 
   /** Pool health in the shape of cloudflare-go's LoadBalancerPoolHealth: one "PoP" (this server), origins keyed by address. */
-  poolHealth(accountId: string, id: string): Body {
-    const p = this.store.poolOrThrow(accountId, id);
-    const health = this.store.originHealth(p.id);
+  async poolHealth(accountId: string, id: string): Promise<Body> {
+    const p = await this.repo.poolOrThrow(accountId, id);
+    const health = await this.repo.originHealth(p.id);
     const monitored = p.monitorId !== null && p.body.enabled !== false;
     const origins = (p.body.origins as Body[])
       .filter((o) => monitored && o.enabled !== false)
       .map((o) => ({ [o.address as string]: originHealthView(health.get(o.name as string), o.address as string) }));
-    const pool = monitored ? this.store.poolHealth(p.id) : null;
+    const pool = monitored ? await this.repo.poolHealth(p.id) : null;
     return { pool_id: p.id, pop_health: { moat: { healthy: pool === null ? null : pool === 'healthy', origins } } };
   }
 }

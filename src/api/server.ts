@@ -193,28 +193,22 @@ export async function buildServer(options: ServerOptions): Promise<FastifyInstan
   });
   const { services } = options;
   const frameworkError = (err: Error, req: FastifyRequest, reply: FastifyReply): void => {
-    let errors: MoatError[];
-    try {
-      services.auth.authenticate(req);
-      errors = toMoatErrors(err)?.errors ?? [apiError('API_INTERNAL', 'Internal error')];
-    } catch (authErr) {
-      errors = toMoatErrors(authErr)?.errors ?? [apiError('API_INTERNAL', 'Internal error')];
-    }
-    void reply.code(errors[0]!.status).headers(retryAfterOf(errors)).type('application/json').send(fail(errors));
+    const answer = (errors: MoatError[]): void => void reply.code(errors[0]!.status).headers(retryAfterOf(errors)).type('application/json').send(fail(errors));
+    services.auth.authenticate(req).then(
+      () => answer(toMoatErrors(err)?.errors ?? [apiError('API_INTERNAL', 'Internal error')]),
+      (authErr: unknown) => answer(toMoatErrors(authErr)?.errors ?? [apiError('API_INTERNAL', 'Internal error')]),
+    );
   };
 
   // CONNECT never reaches fastify (node hands it to a 'connect' listener, or
   // closes the socket without a word): Moat is no proxy, so 405 after authentication.
   app.server.on('connect', (req: IncomingMessage, socket: Duplex) => {
     socket.on('error', () => socket.destroy());
-    let error: MoatError;
-    try {
-      services.auth.authenticate({ headers: req.headers, method: req.method, ip: req.socket.remoteAddress } as unknown as FastifyRequest);
-      error = apiError('API_METHOD_NOT_ALLOWED', 'CONNECT is not supported: Moat is not a proxy');
-    } catch (authErr) {
-      error = toMoatErrors(authErr)?.errors[0] ?? apiError('API_INTERNAL', 'Internal error');
-    }
-    socket.end(rawResponse(error, error.status === 405 ? { Allow: 'DELETE, GET, HEAD, PATCH, POST, PUT' } : retryAfterOf([error])));
+    const answer = (error: MoatError): void => void socket.end(rawResponse(error, error.status === 405 ? { Allow: 'DELETE, GET, HEAD, PATCH, POST, PUT' } : retryAfterOf([error])));
+    services.auth.authenticate({ headers: req.headers, method: req.method, ip: req.socket.remoteAddress } as unknown as FastifyRequest).then(
+      () => answer(apiError('API_METHOD_NOT_ALLOWED', 'CONNECT is not supported: Moat is not a proxy')),
+      (authErr: unknown) => answer(toMoatErrors(authErr)?.errors[0] ?? apiError('API_INTERNAL', 'Internal error')),
+    );
   });
 
   // Every route's methods, so that a wrong method on an existing path answers 405 with Allow.
@@ -244,7 +238,7 @@ export async function buildServer(options: ServerOptions): Promise<FastifyInstan
   // health routes (GET /health, /health/live), which are public.
   app.addHook('onRequest', async (req) => {
     if ((req.routeOptions.config as { public?: boolean } | undefined)?.public === true) return;
-    req.principal = services.auth.authenticate(req);
+    req.principal = await services.auth.authenticate(req);
   });
 
   // One access line per request at debug level (`moat serve --log-level debug`).

@@ -1,16 +1,16 @@
 // The control plane's composition root: the store-backed services the routes
 // call (auth, rulesets, lists, daemons), the control channel's hub and the
 // change feed it listens to, and the background runners, built once over one
-// database, with notifications (policies, the health listener, the delivery
-// worker). Routes receive the services they need as plugin options; the
+// Store (src/store/types.ts; SQLite's is made here from a Database), with
+// notifications (policies, the health listener, the delivery worker). Routes receive the services they need as plugin options; the
 // server starts the runners when it listens and stops them when it closes.
 
 import { dirname, join } from 'node:path';
 import { HealthMonitor, type HealthMonitorOptions } from '../health/index.js';
-import { AlertingStore, DeliveryWorker, DeprecationNotices, Notifier, createMailer, type Clock, type LegacyPools, type PoolDirectory, type Resolver } from '../notify/index.js';
-import { Users, ListStore, Tokens, Daemons, LoadBalancingStore, type Database } from '../store/index.js';
+import { DeliveryWorker, DeprecationNotices, Notifier, createMailer, sqliteNotifyRepos, type Clock, type LegacyPools, type PoolDirectory, type Resolver } from '../notify/index.js';
+import { Database, SqliteStore, type Daemons, type Store, type Users } from '../store/index.js';
 import { AlertingService } from './alerting-service.js';
-import { SqliteChangeFeed, type ChangeFeed } from './change-feed.js';
+import type { ChangeFeed } from './change-feed.js';
 import { ChannelHub, type HubOptions } from './channel-hub.js';
 import { Auth } from './auth.js';
 import type { AuthLimitOptions } from './auth-limit.js';
@@ -23,8 +23,9 @@ import { RulesetService } from './rulesets-service.js';
 
 /** What the services are built from. */
 export interface ServicesOptions {
-  store: Database;
-  /** The users repository (default: one over `store`). */
+  /** The store, or an SQLite database to make one of. */
+  store: SqliteStore | Database;
+  /** The users repository of an SQLite database given as `store` (default: a new one). */
   users?: Users | undefined;
   limits?: Partial<ApiLimits> | undefined;
   /** The failed-authentication limit (default DEFAULT_AUTH_LIMIT). */
@@ -72,7 +73,12 @@ export const DEFAULT_MAIL_FROM = 'Moat notifications <notifications@moat.local>'
 
 /** The services of one control plane. */
 export interface Services {
-  readonly store: Database;
+  readonly store: Store;
+  /**
+   * The SQLite database behind `store`, for the services not yet on the
+   * asynchronous Store (issue #20: they move to it one by one).
+   */
+  readonly database: Database;
   readonly limits: ApiLimits;
   readonly users: Users;
   readonly auth: Auth;
@@ -94,28 +100,29 @@ export interface Services {
   readonly delivery: DeliveryWorker;
   /** Load balancer monitors, pools and their health. */
   readonly loadBalancing: LoadBalancingService;
-  /** The probe scheduler: origins' health and its events (register listeners on `loadBalancing.store`). */
+  /** The probe scheduler: origins' health and its events (register listeners with `store.onHealthEvent`). */
   readonly healthMonitor: HealthMonitor;
   /** Every background runner, not started: the server starts them once it listens. */
   readonly runners: Runners;
 }
 
-/** Builds the services over a database; nothing runs until `runners.start()`. */
+/** Builds the services over a store; nothing runs until `runners.start()`. */
 export function createServices(options: ServicesOptions): Services {
-  const { store, logger } = options;
-  const limits: ApiLimits = { ...DEFAULT_API_LIMITS, ...(options.limits ?? {}) };
-  const users = options.users ?? new Users(store);
-  const listOperations = createListOperations({ lists: new ListStore(store), maxListItems: limits.maxListItems, logger });
-  const changes = options.changes ?? new SqliteChangeFeed(store);
-  const hub = new ChannelHub(store, changes, logger, options.channel);
-  const lbStore = new LoadBalancingStore(store);
-  const healthMonitor = new HealthMonitor({ ...(options.health ?? {}), store: lbStore, logger });
+  const { logger } = options;
   const n = options.notify ?? {};
-  const alertingStore = new AlertingStore(store, n.pools ?? lbStore);
+  const sqlite =
+    options.store instanceof Database ? new SqliteStore(options.store, (database, pools) => sqliteNotifyRepos(database, n.pools ?? pools), { users: options.users }) : options.store;
+  const store = sqlite.database;
+  const limits: ApiLimits = { ...DEFAULT_API_LIMITS, ...(options.limits ?? {}) };
+  const users = sqlite.sync.users;
+  const listOperations = createListOperations({ lists: sqlite.lists, maxListItems: limits.maxListItems, logger });
+  const changes: ChangeFeed = options.changes ?? sqlite.changes;
+  const hub = new ChannelHub(store, changes, logger, options.channel);
+  const lbStore = sqlite.sync.loadBalancing;
+  const healthMonitor = new HealthMonitor({ ...(options.health ?? {}), store: sqlite.loadBalancing, logger });
   const mailer = createMailer({ smtpUrl: n.smtpUrl, from: n.mailFrom ?? DEFAULT_MAIL_FROM, spoolDir: n.spoolDir ?? join(dirname(store.file), 'mail-spool') });
   const delivery = new DeliveryWorker({
-    store,
-    alerting: alertingStore,
+    store: sqlite,
     mailer,
     clock: n.clock,
     random: n.random,
@@ -125,27 +132,28 @@ export function createServices(options: ServicesOptions): Services {
     deprecation:
       n.deprecationIntervalMs === 0 ? undefined : new DeprecationNotices(store, n.legacyPools ?? lbStore, n.deprecationIntervalMs),
   });
-  const notifier = new Notifier(alertingStore, n.clock ?? { now: () => Date.now() }, () => setImmediate(() => delivery.wake()));
+  const notifier = new Notifier(n.clock ?? { now: () => Date.now() }, () => setImmediate(() => delivery.wake()));
   // Health edges queue their notifications in the transaction that records them (issue #18 item 9).
-  lbStore.onHealthEvent((event) => notifier.onHealthEvent(event));
+  sqlite.onHealthEvent(notifier.onHealthEvent);
   // A legacy address set on a pool is told of the deprecation at once, not at the next periodic check (a minute later).
   lbStore.onPoolsWritten(() => setImmediate(() => delivery.legacyChanged()));
   return {
-    store,
+    store: sqlite,
+    database: store,
     limits,
     users,
-    auth: new Auth(users, new Tokens(store, users), options.authLimit, (address, l) =>
+    auth: new Auth(sqlite.users, sqlite.tokens, options.authLimit, (address, l) =>
       logger?.warn({ address, failures: l.maxFailures, windowSeconds: l.windowSeconds }, 'too many failed authentications: further failures from this address are answered 429 until the window ends'),
     ),
     rulesets: new RulesetService(store, limits),
-    lists: new ListService(store, limits, () => listOperations.wake()),
+    lists: new ListService(sqlite.lists, limits, () => listOperations.wake()),
     listOperations,
-    daemons: new Daemons(store),
-    loadBalancing: new LoadBalancingService(store, options.loadBalancing, lbStore),
+    daemons: sqlite.sync.daemons,
+    loadBalancing: new LoadBalancingService(sqlite.loadBalancing, options.loadBalancing, lbStore),
     healthMonitor,
     changes,
     hub,
-    alerting: new AlertingService(alertingStore, n.allowPrivateWebhooks === true, n.resolver),
+    alerting: new AlertingService(sqlite.alerting, n.allowPrivateWebhooks === true, n.resolver),
     notifier,
     delivery,
     // The feed starts before the hub subscribes to it; the hub stops first, closing its connections.

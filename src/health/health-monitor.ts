@@ -14,7 +14,7 @@
 // probes everything today.
 
 import { MoatError } from '../errors/index.js';
-import { newId, nowStamp, type Health, type HealthEvent, type LoadBalancingStore, type MonitorRow, type OriginHealthRow, type PoolRow, type ProbeRecord } from '../store/index.js';
+import { newId, nowStamp, type Health, type HealthEvent, type LoadBalancingRepo, type MonitorRow, type OriginHealthRow, type PoolRow, type ProbeRecord } from '../store/index.js';
 import { probe as realProbe, type ProbeMonitor, type ProbeOrigin, type ProbeResult } from './probes.js';
 
 /** Where the monitor reports (the api's RunnerLogger fits). */
@@ -26,7 +26,7 @@ export interface HealthLogger {
 
 /** Settings of the health monitor. */
 export interface HealthMonitorOptions {
-  store: LoadBalancingStore;
+  store: LoadBalancingRepo;
   logger?: HealthLogger | undefined;
   /** Probes in flight at most (default 256). */
   maxConcurrent?: number | undefined;
@@ -67,7 +67,7 @@ const LATENESS_SAMPLES = 65_536;
 /** The health monitor: a Runner of the control plane. */
 export class HealthMonitor {
   readonly name = 'health-monitor';
-  private readonly store: LoadBalancingStore;
+  private readonly store: LoadBalancingRepo;
   private readonly logger: HealthLogger | undefined;
   private readonly maxConcurrent: number;
   private readonly refreshMs: number;
@@ -101,19 +101,19 @@ export class HealthMonitor {
     if (!this.running) return Promise.resolve([]);
     return new Promise((resolve, reject) => {
       this.pending.push({ record, done: (r) => (r instanceof Error ? reject(r) : resolve(r)) });
-      this.flushTimer ??= setTimeout(() => this.flush(), this.flushMs);
+      this.flushTimer ??= setTimeout(() => void this.flush(), this.flushMs);
     });
   }
 
   /** Writes the queued results in one transaction. */
-  private flush(): void {
+  private async flush(): Promise<void> {
     this.flushTimer = undefined;
     const batch = this.pending;
     this.pending = [];
     if (batch.length === 0) return;
     let results: (HealthEvent[] | Error)[];
     try {
-      results = this.store.recordProbes(batch.map((b) => b.record));
+      results = await this.store.recordProbes(batch.map((b) => b.record));
     } catch (err) {
       results = batch.map(() => (err instanceof Error ? err : new Error(String(err))));
     }
@@ -124,9 +124,10 @@ export class HealthMonitor {
   start(): void {
     if (this.running) return;
     this.running = true;
-    this.store.markStale();
-    this.refresh(true);
-    this.refreshTimer = setInterval(() => this.refresh(false), this.refreshMs);
+    // markStale is queued before any result can be: the store writes them in that order.
+    this.store.markStale().catch((err: unknown) => this.logger?.error({ err }, 'health monitor: cannot mark the results stale'));
+    void this.refresh(true);
+    this.refreshTimer = setInterval(() => void this.refresh(false), this.refreshMs);
     this.refreshTimer.unref();
   }
 
@@ -141,8 +142,7 @@ export class HealthMonitor {
     if (this.timer !== undefined) clearTimeout(this.timer);
     if (this.refreshTimer !== undefined) clearInterval(this.refreshTimer);
     if (this.flushTimer !== undefined) clearTimeout(this.flushTimer);
-    this.flush();
-    await Promise.resolve();
+    await this.flush();
   }
 
   /** Probe counts and lateness so far. */
@@ -150,21 +150,29 @@ export class HealthMonitor {
     return this.stats;
   }
 
-  /** Re-reads the targets when pools or monitors changed (or `force`). */
-  refresh(force: boolean): void {
-    if (!this.running) return;
+  private refreshing = false;
+
+  /** Re-reads the targets when pools or monitors changed (or `force`); one refresh at a time. */
+  async refresh(force: boolean): Promise<void> {
+    if (!this.running || this.refreshing) return;
+    this.refreshing = true;
     let fp: string;
+    let monitored: Awaited<ReturnType<LoadBalancingRepo['monitoredPools']>>;
     try {
-      fp = this.store.changeFingerprint();
+      fp = await this.store.changeFingerprint();
+      if (!force && fp === this.fingerprint) return;
+      monitored = await this.store.monitoredPools();
     } catch (err) {
       this.logger?.error({ err }, 'health monitor: cannot read pools');
       return;
+    } finally {
+      this.refreshing = false;
     }
-    if (!force && fp === this.fingerprint) return;
+    if (!this.running) return;
     this.fingerprint = fp;
     const now = performance.now();
     const seen = new Set<string>();
-    for (const { pool, monitor } of this.store.monitoredPools()) {
+    for (const { pool, monitor } of monitored) {
       const origins = (pool.body.origins as { name: string; address: string; enabled: boolean; port: number; header?: Record<string, string[]> }[]).filter((o) => o.enabled);
       for (const o of origins) {
         const key = `${pool.id}/${o.name}`;

@@ -6,45 +6,15 @@
 // A webhook's secret is stored for delivery and never returned.
 
 import { MoatError } from '../errors/index.js';
-import { isId, isWellFormedEmail, newId, nowStamp, type Database } from '../store/index.js';
+import { isId, isWellFormedEmail, newId, nowStamp, type Database, type PolicyObject, type WebhookInput, type WebhookObject, type WebhookTarget } from '../store/index.js';
 import { alertType } from './alert-types.js';
+
+// The shapes of policies and destinations are the store's contract (src/store/types.ts), shared by its implementations.
+export type { PolicyObject, WebhookInput, WebhookObject, WebhookTarget };
 
 /** Which pools exist: wired to the pools store by the control plane's assembly. */
 export interface PoolDirectory {
   poolExists(accountId: string, poolId: string): boolean;
-}
-
-/** A policy as the API returns it. */
-export interface PolicyObject {
-  id: string;
-  name: string;
-  description: string;
-  enabled: boolean;
-  alert_type: string;
-  alert_interval?: string;
-  filters: Record<string, unknown>;
-  mechanisms: Record<string, unknown>;
-  created: string;
-  modified: string;
-}
-
-/** A webhook destination as the API returns it (never its secret). */
-export interface WebhookObject {
-  id: string;
-  name: string;
-  url: string;
-  type: string;
-  created_at: string;
-  last_success: string | null;
-  last_failure: string | null;
-}
-
-/** A webhook destination as delivery needs it. */
-export interface WebhookTarget {
-  id: string;
-  name: string;
-  url: string;
-  secret: string | null;
 }
 
 interface PolicyRow {
@@ -117,12 +87,31 @@ function webhookObject(r: WebhookRow): WebhookObject {
   return { id: r.id, name: r.name, url: r.url, type: r.type, created_at: r.created_at, last_success: r.last_success, last_failure: r.last_failure };
 }
 
-/** A checked webhook body. */
-export interface WebhookInput {
-  name: string;
-  url: URL;
-  /** undefined: not given (an update keeps the stored one). */
-  secret: string | undefined;
+/** Checks a webhook body (every problem at once, as FieldErrors): no database needed, so every store implementation shares it. */
+export function checkWebhook(body: unknown): WebhookInput {
+  if (!isObject(body)) throw invalid('', 'the body must be a JSON object');
+  const errors: MoatError[] = [];
+  for (const k of Object.keys(body)) if (!WEBHOOK_FIELDS.includes(k)) errors.push(invalid(`/${k}`, `unknown field "${k}"`));
+  const name = body['name'];
+  if (typeof name !== 'string' || name.trim() === '' || name.length > MAX_NAME) errors.push(invalid('/name', `name is required: a non-empty string of at most ${MAX_NAME} characters`));
+  let url: URL | undefined;
+  const u = body['url'];
+  if (typeof u !== 'string' || u.length > MAX_URL) errors.push(invalid('/url', `url is required: an http or https URL of at most ${MAX_URL} characters`));
+  else {
+    try {
+      url = new URL(u);
+      if (url.protocol !== 'http:' && url.protocol !== 'https:') throw new Error('scheme');
+      if (url.username !== '' || url.password !== '') errors.push(invalid('/url', 'url must not carry credentials: give them as the secret (sent as cf-webhook-auth)'));
+    } catch {
+      errors.push(invalid('/url', `url "${u.slice(0, 80)}" is not an http or https URL`));
+    }
+  }
+  const secret = body['secret'];
+  if (secret !== undefined && (typeof secret !== 'string' || secret.length > MAX_SECRET || /[\r\n]/.test(secret))) {
+    errors.push(invalid('/secret', `secret must be a string of at most ${MAX_SECRET} characters, on one line (it is sent as a header)`));
+  }
+  if (errors.length > 0) throw new FieldErrors(errors);
+  return { name: name as string, url: url!, secret: secret as string | undefined };
 }
 
 /** Policies and webhook destinations of every account. */
@@ -343,29 +332,7 @@ export class AlertingStore {
 
   /** Checks a webhook body (name and url required, secret optional). */
   checkWebhook(body: unknown): WebhookInput {
-    if (!isObject(body)) throw invalid('', 'the body must be a JSON object');
-    const errors: MoatError[] = [];
-    for (const k of Object.keys(body)) if (!WEBHOOK_FIELDS.includes(k)) errors.push(invalid(`/${k}`, `unknown field "${k}"`));
-    const name = body['name'];
-    if (typeof name !== 'string' || name.trim() === '' || name.length > MAX_NAME) errors.push(invalid('/name', `name is required: a non-empty string of at most ${MAX_NAME} characters`));
-    let url: URL | undefined;
-    const u = body['url'];
-    if (typeof u !== 'string' || u.length > MAX_URL) errors.push(invalid('/url', `url is required: an http or https URL of at most ${MAX_URL} characters`));
-    else {
-      try {
-        url = new URL(u);
-        if (url.protocol !== 'http:' && url.protocol !== 'https:') throw new Error('scheme');
-        if (url.username !== '' || url.password !== '') errors.push(invalid('/url', 'url must not carry credentials: give them as the secret (sent as cf-webhook-auth)'));
-      } catch {
-        errors.push(invalid('/url', `url "${u.slice(0, 80)}" is not an http or https URL`));
-      }
-    }
-    const secret = body['secret'];
-    if (secret !== undefined && (typeof secret !== 'string' || secret.length > MAX_SECRET || /[\r\n]/.test(secret))) {
-      errors.push(invalid('/secret', `secret must be a string of at most ${MAX_SECRET} characters, on one line (it is sent as a header)`));
-    }
-    if (errors.length > 0) throw new FieldErrors(errors);
-    return { name: name as string, url: url!, secret: secret as string | undefined };
+    return checkWebhook(body);
   }
 
   insertWebhook(accountId: string, w: WebhookInput): string {

@@ -7,11 +7,10 @@
 // until new rows are queued.
 
 import { hostname } from 'node:os';
-import { newId, nowStamp, type Database } from '../store/index.js';
-import type { AlertingStore } from './alerting-store.js';
+import { newId, nowStamp, type OutboxRepo, type Store } from '../store/index.js';
 import { DEPRECATION_ALERT, type DeprecationNotices } from './deprecation.js';
 import type { NotificationPayload } from './notifier.js';
-import { Outbox, type AttemptOutcome, type OutboxRow } from './outbox.js';
+import type { AttemptOutcome, OutboxRow } from './outbox.js';
 import { retryDelay, SYSTEM_CLOCK, type Clock } from './schedule.js';
 import { postWebhook, type Mailer } from './senders.js';
 
@@ -24,8 +23,7 @@ export interface DeliveryLogger {
 
 /** What the worker is built from. */
 export interface DeliveryOptions {
-  store: Database;
-  alerting: AlertingStore;
+  store: Store;
   mailer: Mailer;
   clock?: Clock | undefined;
   /** Random source of the jitter (default Math.random). */
@@ -59,7 +57,7 @@ export function legacyNote(pool: string): string {
 /** Sends the outbox's notifications. */
 export class DeliveryWorker {
   readonly name = 'notification delivery';
-  readonly outbox: Outbox;
+  readonly outbox: OutboxRepo;
   /** This worker's claim owner id (host, pid and a random part). */
   readonly owner = `${hostname()}:${process.pid}:${newId().slice(0, 8)}`;
   private readonly clock: Clock;
@@ -76,7 +74,7 @@ export class DeliveryWorker {
   private nextPrune = 0;
 
   constructor(private readonly o: DeliveryOptions) {
-    this.outbox = new Outbox(o.store);
+    this.outbox = o.store.outbox;
     this.clock = o.clock ?? SYSTEM_CLOCK;
     this.random = o.random ?? Math.random;
     this.leaseMs = o.leaseMs ?? 60_000;
@@ -133,7 +131,7 @@ export class DeliveryWorker {
       }
       if (!this.running) break;
       if (sent > 0) continue;
-      const due = this.outbox.nextDue();
+      const due = await this.outbox.nextDue();
       const wait = Math.max(0, Math.min(this.pollMs, due === undefined ? this.pollMs : due - this.clock.now()));
       await new Promise<void>((resolve) => {
         this.wakeUp = resolve;
@@ -147,7 +145,7 @@ export class DeliveryWorker {
     if (!this.orphansReleased) {
       // Once per worker: rows held by a dead process of this host (the server before a SIGKILL) are due now, not after their lease.
       this.orphansReleased = true;
-      const freed = this.outbox.releaseDeadOwners(hostname(), pidAlive, this.clock.now());
+      const freed = await this.outbox.releaseDeadOwners(hostname(), pidAlive, this.clock.now());
       if (freed > 0) this.o.logger?.info({ freed }, 'notification delivery: took back the notifications of a worker that is gone');
     }
     const { deprecation } = this.o;
@@ -157,9 +155,9 @@ export class DeliveryWorker {
     }
     if (this.clock.now() >= this.nextPrune) {
       this.nextPrune = this.clock.now() + 3_600_000;
-      this.outbox.prune(this.clock.now());
+      await this.outbox.prune(this.clock.now());
     }
-    const rows = this.outbox.claim(this.owner, this.clock.now(), this.leaseMs, 100);
+    const rows = await this.outbox.claim(this.owner, this.clock.now(), this.leaseMs, 100);
     let next = 0;
     const lane = async (): Promise<void> => {
       while (next < rows.length) {
@@ -183,7 +181,7 @@ export class DeliveryWorker {
             : payload.text + legacyNote(payload.legacy_pool);
       return this.o.mailer.send({ id: row.id, to: row.target, subject: payload.subject, text });
     }
-    const target = this.o.alerting.webhookTarget(row.account_id, row.target);
+    const target = await this.o.store.alerting.webhookTarget(row.account_id, row.target);
     if (target === undefined) return { ok: false, code: 9400, error: `webhook destination ${row.target} was deleted`, final: true };
     // webhook-timestamp is wall-clock time, not the schedule's clock: receivers check it against theirs.
     return postWebhook({ url: target.url, secret: target.secret, id: row.id, body: JSON.stringify(payload.body), timestampSeconds: Math.floor(Date.now() / 1000) }, this.o.allowPrivateWebhooks === true);
@@ -196,12 +194,12 @@ export class DeliveryWorker {
    */
   private async finish(row: OutboxRow, outcome: AttemptOutcome): Promise<void> {
     // Stopped and closed while this attempt ran: the lease brings the row back.
-    if (!this.o.store.db.open) return;
+    if (this.o.store.closed) return;
     const now = this.clock.now();
     const delay = outcome.ok ? undefined : retryDelay(row.attempts + 1, this.random, outcome.retryAfterMs);
-    const result = await this.o.store.writeGrouped(() => {
-      const r = this.outbox.record(row, now, outcome, delay === undefined ? undefined : now + delay);
-      if (row.mechanism_type === 'webhook') this.o.alerting.markWebhook(row.target, outcome.ok, nowStamp(new Date(now)));
+    const result = await this.o.store.write(async (tx) => {
+      const r = await tx.outbox.record(row, now, outcome, delay === undefined ? undefined : now + delay);
+      if (row.mechanism_type === 'webhook') await tx.alerting.markWebhook(row.target, outcome.ok, nowStamp(new Date(now)));
       return r;
     });
     const info = { notification: row.id, mechanism: row.mechanism_type, target: row.target, attempt: row.attempts + 1, status: outcome.statusCode, error: outcome.error };

@@ -7,10 +7,9 @@
 // (delivery is the worker's). The payload is built now, once, so every retry
 // of a notification sends the same body under the same id.
 
-import type { HealthEvent } from '../store/index.js';
-import { newId, nowStamp } from '../store/index.js';
+import type { HealthEvent, Repos } from '../store/index.js';
 import { HEALTH_ALERT } from './alert-types.js';
-import type { AlertingStore, PolicyObject } from './alerting-store.js';
+import type { PolicyObject } from './alerting-store.js';
 import type { Clock } from './schedule.js';
 
 /** What an outbox row carries besides its target: the body to send and what history shows. */
@@ -64,27 +63,25 @@ export function legacyAddresses(list: string): string[] {
 /** Writes the outbox rows of health events. */
 export class Notifier {
   constructor(
-    private readonly alerting: AlertingStore,
     private readonly clock: Clock,
     /** Called after rows were queued (the worker wakes up; it runs after the transaction commits). */
     private readonly queued: () => void = () => undefined,
   ) {}
 
-  /** The HealthEventListener: call inside the transaction that records `event`. */
-  readonly onHealthEvent = (event: HealthEvent): void => {
+  /** The Store's health event listener (TxHealthEventListener): writes through `tx`, the transaction that records `event`. */
+  readonly onHealthEvent = async (event: HealthEvent, tx: Repos): Promise<void> => {
     // The first result after a start (health was unknown) never notifies by itself: a restart must not page anyone.
     if (event.oldHealth === null) return;
-    const db = this.alerting.store.db;
     const subject = `${event.pool.id}/${event.eventSource === 'pool' ? 'pool' : `origin:${event.origin?.name ?? ''}`}`;
     // One incident per pool or origin: Unhealthy opens it (START), recovery closes it (END) with the same correlation id.
     let correlation = event.id;
-    const open = db.prepare('SELECT correlation_id FROM alert_incidents WHERE account_id = ? AND subject = ?').get(event.accountId, subject) as { correlation_id: string } | undefined;
+    const open = await tx.outbox.openIncident(event.accountId, subject);
     if (event.newHealth === 'unhealthy') {
-      if (open !== undefined) correlation = open.correlation_id;
-      else db.prepare('INSERT INTO alert_incidents (account_id, subject, correlation_id) VALUES (?, ?, ?)').run(event.accountId, subject, correlation);
+      if (open !== undefined) correlation = open;
+      else await tx.outbox.startIncident(event.accountId, subject, correlation);
     } else if (open !== undefined) {
-      correlation = open.correlation_id;
-      db.prepare('DELETE FROM alert_incidents WHERE account_id = ? AND subject = ?').run(event.accountId, subject);
+      correlation = open;
+      await tx.outbox.endIncident(event.accountId, subject);
     }
     const newHealth = HEALTH_NAME[event.newHealth];
     const data = {
@@ -106,15 +103,13 @@ export class Notifier {
     const ts = Math.floor(Date.parse(event.at) / 1000);
     const now = this.clock.now();
     let rows = 0;
-    const insert = (policyId: string | null, kind: 'email' | 'webhook', target: string, payload: NotificationPayload): void => {
-      db.prepare(
-        "INSERT INTO alert_outbox (id, account_id, policy_id, event_id, mechanism_type, target, payload, created, status, next_attempt_ms) VALUES (?, ?, ?, ?, ?, ?, ?, ?, 'pending', ?)",
-      ).run(newId(), event.accountId, policyId, event.id, kind, target, JSON.stringify(payload), nowStamp(new Date(now)), now);
+    const insert = async (policyId: string | null, kind: 'email' | 'webhook', target: string, payload: NotificationPayload): Promise<void> => {
+      await tx.outbox.enqueue({ accountId: event.accountId, policyId, eventId: event.id, mechanismType: kind, target, payload: JSON.stringify(payload), nowMs: now });
       rows++;
     };
-    for (const p of this.matching(event)) {
+    for (const p of await this.matching(event, tx)) {
       const base = { name: p.name, description: p.description, alert_type: HEALTH_ALERT, text, subject: subjectLine };
-      for (const address of mechanismIds(p, 'email')) insert(p.id, 'email', address, base);
+      for (const address of mechanismIds(p, 'email')) await insert(p.id, 'email', address, base);
       for (const destination of mechanismIds(p, 'webhooks')) {
         const body = {
           name: p.name,
@@ -128,13 +123,13 @@ export class Notifier {
           alert_correlation_id: correlation,
           alert_event: event.newHealth === 'unhealthy' ? ALERT_EVENT_START : ALERT_EVENT_END,
         };
-        insert(p.id, 'webhook', destination, { ...base, body });
+        await insert(p.id, 'webhook', destination, { ...base, body });
       }
     }
     // Legacy: the pool's own addresses, for its own events, as its notification_filter allows.
     if (legacyFilterAdmits(event.pool.notificationFilter, event)) {
       for (const address of legacyAddresses(event.pool.notificationEmail)) {
-        insert(null, 'email', address, {
+        await insert(null, 'email', address, {
           name: 'Legacy pool notification',
           description: `notification_email of pool ${event.pool.name}`,
           alert_type: HEALTH_ALERT,
@@ -147,8 +142,8 @@ export class Notifier {
     if (rows > 0) this.queued();
   };
 
-  private matching(event: HealthEvent): PolicyObject[] {
-    return this.alerting.enabledPolicies(event.accountId, HEALTH_ALERT).filter(
+  private async matching(event: HealthEvent, tx: Repos): Promise<PolicyObject[]> {
+    return (await tx.alerting.enabledPolicies(event.accountId, HEALTH_ALERT)).filter(
       (p) =>
         admits(p.filters, 'pool_id', event.pool.id) &&
         admits(p.filters, 'new_health', HEALTH_NAME[event.newHealth]) &&

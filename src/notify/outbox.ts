@@ -5,61 +5,14 @@
 // the row is claimed again, with the same id (at-least-once; receivers dedupe
 // on webhook-id or Message-ID). Every attempt, and a give-up, is a history row.
 
-import { newId, nowStamp, type Database } from '../store/index.js';
+import { newId, nowStamp, type AttemptOutcome, type Database, type HistoryObject, type NewOutboxRow, type OutboxRow } from '../store/index.js';
+
+// The shapes of outbox rows and history are the store's contract (src/store/types.ts).
+export type { AttemptOutcome, HistoryObject, OutboxRow };
 import type { NotificationPayload } from './notifier.js';
 
 /** Days the delivery history is kept (Cloudflare keeps 30 to 90 by plan). */
 export const HISTORY_DAYS = 90;
-
-/** One claimed notification. */
-export interface OutboxRow {
-  id: string;
-  account_id: string;
-  policy_id: string | null;
-  event_id: string;
-  mechanism_type: 'email' | 'webhook';
-  target: string;
-  payload: string;
-  created: string;
-  status: string;
-  attempts: number;
-  next_attempt_ms: number;
-  lease_owner: string | null;
-  lease_until_ms: number | null;
-  last_error: string | null;
-}
-
-/** What one attempt ended with. */
-export interface AttemptOutcome {
-  ok: boolean;
-  statusCode?: number | undefined;
-  /** Why it failed: "HTTP 503", "connect ECONNREFUSED 127.0.0.1:9", ... */
-  error?: string | undefined;
-  /** The registry code of the failure (9400, 9401, 9403). */
-  code?: number | undefined;
-  /** The receiver's Retry-After, in ms. */
-  retryAfterMs?: number | undefined;
-  /** Give up now (410 Gone, a deleted destination). */
-  final?: boolean | undefined;
-}
-
-/** A history record as the API returns it. */
-export interface HistoryObject {
-  id: string;
-  alert_body: string;
-  alert_type: string;
-  description: string;
-  mechanism: string;
-  mechanism_type: string;
-  name: string;
-  policy_id: string | null;
-  sent: string;
-  notification_id: string;
-  outcome: 'delivered' | 'failed' | 'gave_up';
-  attempt: number;
-  status_code: number | null;
-  error: string | null;
-}
 
 /** The outbox and history tables. */
 export class Outbox {
@@ -212,5 +165,45 @@ export class Outbox {
         .all(...args, q.perPage, (q.page - 1) * q.perPage) as HistoryObject[];
       return { items, total };
     });
+  }
+
+  /** Queues one notification; returns its id. */
+  enqueue(row: NewOutboxRow): string {
+    const id = newId();
+    this.store.db
+      .prepare(
+        "INSERT INTO alert_outbox (id, account_id, policy_id, event_id, mechanism_type, target, payload, created, status, next_attempt_ms) VALUES (?, ?, ?, ?, ?, ?, ?, ?, 'pending', ?)",
+      )
+      .run(id, row.accountId, row.policyId, row.eventId, row.mechanismType, row.target, row.payload, nowStamp(new Date(row.nowMs)), row.nowMs);
+    return id;
+  }
+
+  /** The correlation id of the open incident of a subject (a pool, an origin), if any. */
+  openIncident(accountId: string, subject: string): string | undefined {
+    const r = this.store.db.prepare('SELECT correlation_id FROM alert_incidents WHERE account_id = ? AND subject = ?').get(accountId, subject) as { correlation_id: string } | undefined;
+    return r?.correlation_id;
+  }
+
+  startIncident(accountId: string, subject: string, correlationId: string): void {
+    this.store.db.prepare('INSERT INTO alert_incidents (account_id, subject, correlation_id) VALUES (?, ?, ?)').run(accountId, subject, correlationId);
+  }
+
+  endIncident(accountId: string, subject: string): void {
+    this.store.db.prepare('DELETE FROM alert_incidents WHERE account_id = ? AND subject = ?').run(accountId, subject);
+  }
+
+  /** When each (account, address) was last sent a deprecation notice. */
+  deprecationNotices(): { account_id: string; address: string; last_sent_ms: number }[] {
+    return this.store.db.prepare('SELECT account_id, address, last_sent_ms FROM alert_deprecation_notices').all() as { account_id: string; address: string; last_sent_ms: number }[];
+  }
+
+  forgetDeprecationNotice(accountId: string, address: string): void {
+    this.store.db.prepare('DELETE FROM alert_deprecation_notices WHERE account_id = ? AND address = ?').run(accountId, address);
+  }
+
+  recordDeprecationNotice(accountId: string, address: string, sentMs: number): void {
+    this.store.db
+      .prepare('INSERT INTO alert_deprecation_notices (account_id, address, last_sent_ms) VALUES (?, ?, ?) ON CONFLICT (account_id, address) DO UPDATE SET last_sent_ms = excluded.last_sent_ms')
+      .run(accountId, address, sentMs);
   }
 }

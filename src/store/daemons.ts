@@ -125,6 +125,11 @@ export interface DaemonIdentity {
 export class Daemons {
   constructor(private readonly store: Database) {}
 
+  /** See deploymentFingerprint (the function). */
+  deploymentFingerprint(accountId: string, zoneId: string | null): string {
+    return deploymentFingerprint(this.store, accountId, zoneId);
+  }
+
   /**
    * Registers a daemon of an account (and optionally one of its zones) under a
    * name unique in the account; returns its token in clear (shown once).

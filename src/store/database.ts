@@ -286,7 +286,12 @@ export class Database {
     return () => this.commitListeners.delete(listener);
   }
 
-  private committed(): void {
+  /**
+   * Tells the commit listeners and forgets the change epoch: called after
+   * every outermost COMMIT of this connection, including those the
+   * asynchronous store (sqlite-store.ts) issues as statements.
+   */
+  committed(): void {
     this.epoch = undefined;
     for (const l of this.commitListeners) l();
   }

@@ -1,5 +1,6 @@
 // Public face of the store: the embedded SQLite database, users and keys, and
-// the repositories of rulesets and lists.
+// the repositories of rulesets and lists; the asynchronous contract every
+// backend implements (types.ts).
 export { Database, DB_FILE, secureDataDir, type Db, type OpenOptions } from './database.js';
 export { Users, isWellFormedEmail, isWellFormedKey, type KeyCheck, type Principal, type UserInfo } from './users.js';
 export { Tokens, isWellFormedToken, type TokenInfo } from './tokens.js';
@@ -15,6 +16,7 @@ export {
   type ItemPage,
   type ListItemObject,
   type ListObject,
+  type QueuedOperation,
 } from './lists.js';
 export { RulesetStore, type StoredRule, type RulesetRow, type VersionRow, type VersionStamp, type Visibility, type Refs } from './rulesets.js';
 export {
@@ -31,3 +33,28 @@ export {
 export type { Health, HealthEvent, HealthEventListener } from './health-event.js';
 export { LoadBalancingStore, type MonitorRow, type PoolRow, type OriginHealthRow, type HealthEventRow, type ProbeRecord } from './load-balancing.js';
 export * from './postgres/index.js';
+export type {
+  Store,
+  Repos,
+  UsersRepo,
+  TokensRepo,
+  RulesetsRepo,
+  ListsRepo,
+  DaemonsRepo,
+  LoadBalancingRepo,
+  AlertingRepo,
+  OutboxRepo,
+  ChangeFeed,
+  WriteOptions,
+  TxHealthEventListener,
+  PolicyObject,
+  WebhookObject,
+  WebhookTarget,
+  WebhookInput,
+  OutboxRow,
+  NewOutboxRow,
+  AttemptOutcome,
+  HistoryObject,
+} from './types.js';
+export { SqliteChangeFeed, DEFAULT_POLL_MS } from './sqlite-change-feed.js';
+export { SqliteStore, type SqliteNotifyFactory, type SqliteNotifyRepos, type Synchronous } from './sqlite-store.js';

@@ -312,7 +312,7 @@ export class LoadBalancingStore {
         for (const p of probes) {
           try {
             // A nested transaction function runs in a savepoint (better-sqlite3).
-            out.push(this.db.transaction(() => this.recordOne(p))());
+            out.push(this.db.transaction(() => this.recordProbe(p))());
           } catch (err) {
             out.push(err instanceof Error ? err : new Error(String(err)));
           }
@@ -324,7 +324,19 @@ export class LoadBalancingStore {
     return out;
   }
 
-  private recordOne({ poolId, decide }: ProbeRecord): HealthEvent[] {
+  /** Writes one probe's rows and events and tells this repository's (synchronous) listeners, in the caller's transaction. */
+  recordProbe(p: ProbeRecord): HealthEvent[] {
+    const events = this.recordProbeRows(p);
+    for (const e of events) for (const l of this.listeners) l(e);
+    return events;
+  }
+
+  /**
+   * Writes one probe's rows and events, without telling the listeners: the
+   * asynchronous store (sqlite-store.ts) calls its own listeners after this,
+   * in the same savepoint.
+   */
+  recordProbeRows({ poolId, decide }: ProbeRecord): HealthEvent[] {
     // The pool may have been deleted since the probe began: nothing to record.
     if (this.db.prepare('SELECT 1 FROM lb_pools WHERE id = ?').get(poolId) === undefined) return [];
     const { origin, poolHealth, events } = decide(this.originHealth(poolId), this.poolHealth(poolId));
@@ -340,10 +352,7 @@ export class LoadBalancingStore {
     const insert = this.db.prepare(
       'INSERT INTO health_events (id, account_id, pool_id, event_source, origin_name, origin_address, old_health, new_health, reason, at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)',
     );
-    for (const e of events) {
-      insert.run(e.id, e.accountId, e.pool.id, e.eventSource, e.origin?.name ?? null, e.origin?.address ?? null, e.oldHealth, e.newHealth, e.reason, e.at);
-      for (const l of this.listeners) l(e);
-    }
+    for (const e of events) insert.run(e.id, e.accountId, e.pool.id, e.eventSource, e.origin?.name ?? null, e.origin?.address ?? null, e.oldHealth, e.newHealth, e.reason, e.at);
     return events;
   }
 

@@ -178,7 +178,7 @@ describe('history', () => {
     // Three events an hour apart; the server's running worker delivers each.
     for (let i = 0; i < 3; i++) {
       clock.t = t0 + i * 3_600_000;
-      api.store.write(() => api.services.notifier.onHealthEvent(healthEvent(api.accountId, { id: newId(), name: `pool${i}` })));
+      await api.services.store.write((tx) => api.services.notifier.onHealthEvent(healthEvent(api.accountId, { id: newId(), name: `pool${i}` }), tx));
       const want = i + 1;
       for (let tries = 0; count() < want && tries < 200; tries++) await new Promise((r) => setTimeout(r, 10));
       expect(count()).toBe(want);

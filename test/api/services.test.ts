@@ -29,11 +29,11 @@ function servicesIn(dir: string): Services {
 }
 
 /** Queues an append to a new list of a new account; returns the operation's status reader. */
-function queueAppend(s: Services): () => string {
+async function queueAppend(s: Services): Promise<() => Promise<string>> {
   const accountId = newId();
-  const list = s.lists.create(accountId, { name: 'queued', kind: 'ip' });
-  const op = s.lists.write(accountId, list.id, 'append', [{ ip: '192.0.2.1' }]);
-  return () => s.lists.operation(accountId, op).status;
+  const list = await s.lists.create(accountId, { name: 'queued', kind: 'ip' });
+  const op = await s.lists.write(accountId, list.id, 'append', [{ ip: '192.0.2.1' }]);
+  return async () => (await s.lists.operation(accountId, op)).status;
 }
 
 const turns = (n: number) => new Promise((resolve) => setTimeout(resolve, n));
@@ -42,15 +42,15 @@ describe('the services and their runners', () => {
   it('starts the runners when the server listens and stops them when it closes', async () => {
     const s = services();
     const app = await buildServer({ services: s });
-    const status = queueAppend(s);
+    const status = await queueAppend(s);
     await app.ready();
     await turns(50);
     expect(s.runners.started).toBe(false);
-    expect(status()).toBe('pending');
+    expect(await status()).toBe('pending');
     await app.listen({ host: '127.0.0.1', port: 0 });
     expect(s.runners.started).toBe(true);
-    for (let i = 0; i < 100 && status() !== 'completed'; i++) await turns(10);
-    expect(status()).toBe('completed');
+    for (let i = 0; i < 100 && (await status()) !== 'completed'; i++) await turns(10);
+    expect(await status()).toBe('completed');
     await app.close();
     expect(s.runners.started).toBe(false);
   });
@@ -63,11 +63,11 @@ describe('the services and their runners', () => {
     const s = services();
     const app = await buildServer({ services: s });
     cleanups.push(() => app.close());
-    const status = queueAppend(s);
+    const status = await queueAppend(s);
     await expect(app.listen({ host: '127.0.0.1', port })).rejects.toMatchObject({ code: 'EADDRINUSE' });
     await turns(50);
     expect(s.runners.started).toBe(false);
-    expect(status()).toBe('pending');
+    expect(await status()).toBe('pending');
   });
 
   it('tells a legacy notification_email of its deprecation as soon as a pool gets one, not at the next periodic check', async () => {

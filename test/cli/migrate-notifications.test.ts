@@ -52,17 +52,17 @@ interface Seeded {
   expected: Map<string, Set<string>>;
 }
 
-function seed(api: TestApi, n: number): Seeded {
+async function seed(api: TestApi, n: number): Promise<Seeded> {
   const ids: string[] = [];
   const expected = new Map<string, Set<string>>();
   for (let i = 0; i < n; i++) {
     // Names out of creation order, so pages by name mix the kinds.
     const name = `pool-${String((i * 37) % 1000).padStart(3, '0')}-${i}`;
-    const pool = api.services.loadBalancing.createPool(api.accountId, {
+    const pool = (await api.services.loadBalancing.createPool(api.accountId, {
       name,
       origins: [{ name: 'a', address: '192.0.2.1' }],
       notification_email: legacyEmail(i),
-    }) as { id: string };
+    })) as { id: string };
     ids.push(pool.id);
     const set = expectedSet(i);
     if (set !== undefined) expected.set(set, (expected.get(set) ?? new Set()).add(pool.id));
@@ -149,7 +149,7 @@ describe('moat migrate-notifications', () => {
   for (const n of [0, 1, 25, 26, 300]) {
     it(`migrates ${n} pools: one policy per address set, every notification_email cleared`, async () => {
       api = await startApi();
-      const { expected } = seed(api, n);
+      const { expected } = await seed(api, n);
       const withEmail = [...expected.values()].reduce((a, s) => a + s.size, 0);
       const r = await moat(...args(api), '--json');
       expect(r.stderr.includes('error'), r.stderr).toBe(false);
@@ -164,7 +164,7 @@ describe('moat migrate-notifications', () => {
 
   it('with --dry-run prints the plan and changes nothing', async () => {
     api = await startApi();
-    seed(api, 26);
+    await seed(api, 26);
     const before = await poolEmails(api);
     const r = await moat(...args(api), '--dry-run');
     expect(r.code).toBe(0);
@@ -186,7 +186,7 @@ describe('moat migrate-notifications', () => {
 
   it('run twice creates nothing twice', async () => {
     api = await startApi();
-    const { expected } = seed(api, 60);
+    const { expected } = await seed(api, 60);
     expect((await moat(...args(api))).code).toBe(0);
     const first = await policies(api);
     expect(first.length).toBe(5);
@@ -199,10 +199,10 @@ describe('moat migrate-notifications', () => {
 
   it('adds a new pool of a set already migrated to that set\'s policy instead of creating another', async () => {
     api = await startApi();
-    seed(api, 3);
+    await seed(api, 3);
     expect((await moat(...args(api))).code).toBe(0);
     const [before] = (await policies(api)).filter((p) => p.name === PREFIX + 'ops@example.com');
-    const late = api.services.loadBalancing.createPool(api.accountId, { name: 'late', origins: [{ name: 'a', address: '192.0.2.1' }], notification_email: 'Ops@Example.com' }) as { id: string };
+    const late = (await api.services.loadBalancing.createPool(api.accountId, { name: 'late', origins: [{ name: 'a', address: '192.0.2.1' }], notification_email: 'Ops@Example.com' })) as { id: string };
     const r = await moat(...args(api), '--json');
     expect(r.code).toBe(0);
     expect(JSON.parse(r.stdout).policies).toMatchObject([{ action: 'update', policy_id: before!.id, addresses: ['ops@example.com'] }]);
@@ -213,7 +213,7 @@ describe('moat migrate-notifications', () => {
 
   it('killed with SIGKILL after its first policy, finishes correctly when run again; then deprecation notices stop', async () => {
     api = await startApi();
-    const { expected } = seed(api, 80);
+    const { expected } = await seed(api, 80);
     const withEmail = [...expected.values()].reduce((a, s) => a + s.size, 0);
     // Five legacy addresses (ops, team, owner0..2), each due a notice now.
     const notices = new DeprecationNotices(api.store, api.services.loadBalancing.store, 1000);
@@ -250,7 +250,7 @@ describe('moat migrate-notifications', () => {
 
   it('authenticates with an API token given by --token', async () => {
     api = await startApi();
-    const { expected } = seed(api, 7);
+    const { expected } = await seed(api, 7);
     const { token } = new Tokens(api.store, api.users).create({ email: api.email, name: 'migration', accounts: [api.accountId], readOnly: false });
     const r = await moat('migrate-notifications', '--account', api.accountId, '--base-url', api.base, '--token', token);
     expect(r.stderr).toBe('');
@@ -263,7 +263,7 @@ describe('moat migrate-notifications', () => {
     api = await startApi();
     const ids: string[] = [];
     for (let i = 0; i < 40; i++) {
-      const pool = api.services.loadBalancing.createPool(api.accountId, { name: `p${String(i).padStart(2, '0')}`, origins: [{ name: 'a', address: '192.0.2.1' }], notification_email: i === 0 ? '' : 'ops@example.com' }) as { id: string };
+      const pool = (await api.services.loadBalancing.createPool(api.accountId, { name: `p${String(i).padStart(2, '0')}`, origins: [{ name: 'a', address: '192.0.2.1' }], notification_email: i === 0 ? '' : 'ops@example.com' })) as { id: string };
       ids.push(pool.id);
     }
     let deleted = false;
@@ -271,7 +271,8 @@ describe('moat migrate-notifications', () => {
       // After page 1 is cleared, p00 goes: p25 (with its address) moves from page 2 onto page 1.
       if (!deleted && method === 'PATCH') {
         deleted = true;
-        api!.services.loadBalancing.deletePool(api!.accountId, ids[0]!);
+        // synchronously, before the PATCH goes on (the proxy's hook is synchronous)
+        api!.services.loadBalancing.store.deletePool(api!.accountId, ids[0]!);
       }
     });
     server = p.server;
@@ -286,7 +287,7 @@ describe('moat migrate-notifications', () => {
 
   it('fails with 9500 when a service leaves notification_email on pools after the bulk update', async () => {
     api = await startApi();
-    seed(api, 4);
+    await seed(api, 4);
     // A service whose bulk update answers success but changes nothing.
     const p = await proxy(api.base, () => undefined, (method) => (method === 'PATCH' ? { success: true, errors: [], messages: [], result: [] } : undefined));
     server = p.server;

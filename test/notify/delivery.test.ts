@@ -38,8 +38,7 @@ afterEach(async () => {
 
 function worker(mailer?: Mailer, leaseMs?: number): DeliveryWorker {
   const w = new DeliveryWorker({
-    store: f.store,
-    alerting: f.alerting,
+    store: f.asyncStore,
     mailer: mailer ?? createMailer({ spoolDir: join(f.dir, 'mail-spool'), from: 'Moat <moat@example.com>' }),
     clock: f.clock,
     // No jitter: the waits are the schedule's own.
@@ -67,7 +66,7 @@ const stamp = (ms: number) => new Date(ms).toISOString().replace('Z', '000Z');
 describe('webhook delivery', () => {
   it('POSTs the payload with cf-webhook-auth and a verifiable Standard Webhooks signature, and records the success', async () => {
     const hook = webhookPolicy();
-    f.emit(healthEvent(f.accountId, { id: newId(), name: 'web' }));
+    await f.emit(healthEvent(f.accountId, { id: newId(), name: 'web' }));
     const [row] = f.outbox();
     expect(await worker().runOnce()).toBe(1);
     expect(receiver.received).toHaveLength(1);
@@ -90,7 +89,7 @@ describe('webhook delivery', () => {
   it('retries a receiver that is down for an hour on the schedule (0, 5 s, 5 min, 30 min, 2 h later), and delivers once, with the same id', async () => {
     const hook = webhookPolicy();
     await receiver.down();
-    f.emit(healthEvent(f.accountId, { id: newId() }));
+    await f.emit(healthEvent(f.accountId, { id: newId() }));
     const id = f.outbox()[0]!.id;
     const t0 = f.clock.t;
     const w = worker();
@@ -122,7 +121,7 @@ describe('webhook delivery', () => {
   it("waits for a 503's Retry-After when it is longer than the schedule's step, and resends the same id", async () => {
     webhookPolicy();
     receiver.answer = { status: 503, retryAfter: '600' };
-    f.emit(healthEvent(f.accountId, { id: newId() }));
+    await f.emit(healthEvent(f.accountId, { id: newId() }));
     const t0 = f.clock.t;
     const w = worker();
     expect(await w.runOnce()).toBe(1);
@@ -145,7 +144,7 @@ describe('webhook delivery', () => {
   it('counts only 2xx as success (a 302 is retried) and gives up after the tenth attempt, about three days on', async () => {
     webhookPolicy();
     receiver.answer = { status: 302 };
-    f.emit(healthEvent(f.accountId, { id: newId() }));
+    await f.emit(healthEvent(f.accountId, { id: newId() }));
     const t0 = f.clock.t;
     const w = worker();
     for (let i = 0; i < 12; i++) {
@@ -167,7 +166,7 @@ describe('webhook delivery', () => {
   it('gives up at once on 410 Gone', async () => {
     webhookPolicy();
     receiver.answer = { status: 410 };
-    f.emit(healthEvent(f.accountId, { id: newId() }));
+    await f.emit(healthEvent(f.accountId, { id: newId() }));
     await worker().runOnce();
     expect(history().map((h) => h.outcome)).toEqual(['failed', 'gave_up']);
     expect(f.outbox()[0]!.status).toBe('failed');
@@ -175,8 +174,8 @@ describe('webhook delivery', () => {
 
   it('refuses to deliver to a loopback receiver without --allow-private-webhooks (9403), and retries', async () => {
     webhookPolicy();
-    f.emit(healthEvent(f.accountId, { id: newId() }));
-    const strict = new DeliveryWorker({ store: f.store, alerting: f.alerting, mailer: createMailer({ spoolDir: join(f.dir, 'spool'), from: 'm@example.com' }), clock: f.clock });
+    await f.emit(healthEvent(f.accountId, { id: newId() }));
+    const strict = new DeliveryWorker({ store: f.asyncStore, mailer: createMailer({ spoolDir: join(f.dir, 'spool'), from: 'm@example.com' }), clock: f.clock });
     workers.push(strict);
     await strict.runOnce();
     expect(receiver.received).toHaveLength(0);
@@ -186,28 +185,28 @@ describe('webhook delivery', () => {
 });
 
 describe('sharing the outbox', () => {
-  it('gives each due row to one claimant: two workers claiming at once get disjoint rows, all of them between them', () => {
+  it('gives each due row to one claimant: two workers claiming at once get disjoint rows, all of them between them', async () => {
     f.alerting.createPolicy(f.accountId, {
       name: 'many',
       alert_type: 'load_balancing_health_alert',
       enabled: true,
       mechanisms: { email: Array.from({ length: 10 }, (_, i) => ({ id: `u${i}@example.com` })) },
     });
-    f.emit(healthEvent(f.accountId, { id: newId() }));
+    await f.emit(healthEvent(f.accountId, { id: newId() }));
     const [a, b] = [worker(), worker()];
-    const first = a.outbox.claim(a.owner, f.clock.t, 60_000, 6).map((r) => r.id);
-    const second = b.outbox.claim(b.owner, f.clock.t, 60_000, 6).map((r) => r.id);
+    const first = (await a.outbox.claim(a.owner, f.clock.t, 60_000, 6)).map((r) => r.id);
+    const second = (await b.outbox.claim(b.owner, f.clock.t, 60_000, 6)).map((r) => r.id);
     expect(first).toHaveLength(6);
     expect(second).toHaveLength(4);
     expect(new Set([...first, ...second]).size).toBe(10);
     // Until the leases run out, nobody else gets them.
-    expect(a.outbox.claim('third', f.clock.t + 59_999, 60_000, 10)).toEqual([]);
-    expect(a.outbox.claim('third', f.clock.t + 60_000, 60_000, 10)).toHaveLength(10);
+    expect(await a.outbox.claim('third', f.clock.t + 59_999, 60_000, 10)).toEqual([]);
+    expect(await a.outbox.claim('third', f.clock.t + 60_000, 60_000, 10)).toHaveLength(10);
   });
 
   it('gives up a webhook whose destination was deleted after the notification was queued', async () => {
     const hook = webhookPolicy();
-    f.emit(healthEvent(f.accountId, { id: newId() }));
+    await f.emit(healthEvent(f.accountId, { id: newId() }));
     for (const p of f.alerting.policies(f.accountId)) f.alerting.deletePolicy(f.accountId, p.id);
     f.alerting.deleteWebhook(f.accountId, hook);
     await worker().runOnce();
@@ -222,20 +221,20 @@ describe('sharing the outbox', () => {
 describe('history retention', () => {
   it('forgets history and finished notifications after 90 days, and keeps pending ones', async () => {
     webhookPolicy();
-    f.emit(healthEvent(f.accountId, { id: newId() }));
+    await f.emit(healthEvent(f.accountId, { id: newId() }));
     const w = worker();
     await w.runOnce();
     await receiver.down();
-    f.emit(healthEvent(f.accountId, { id: newId() }));
+    await f.emit(healthEvent(f.accountId, { id: newId() }));
     f.clock.advance(90 * 24 * H - 1);
-    const kept = new DeliveryWorker({ store: f.store, alerting: f.alerting, mailer: createMailer({ spoolDir: join(f.dir, 's'), from: 'm@example.com' }), clock: f.clock, allowPrivateWebhooks: true });
+    const kept = new DeliveryWorker({ store: f.asyncStore, mailer: createMailer({ spoolDir: join(f.dir, 's'), from: 'm@example.com' }), clock: f.clock, allowPrivateWebhooks: true });
     workers.push(kept);
     await kept.runOnce();
     expect(history().map((h) => h.outcome)).toEqual(['delivered', 'failed']);
     f.clock.advance(2);
-    const later = new DeliveryWorker({ store: f.store, alerting: f.alerting, mailer: createMailer({ spoolDir: join(f.dir, 's'), from: 'm@example.com' }), clock: f.clock, allowPrivateWebhooks: true });
+    const later = new DeliveryWorker({ store: f.asyncStore, mailer: createMailer({ spoolDir: join(f.dir, 's'), from: 'm@example.com' }), clock: f.clock, allowPrivateWebhooks: true });
     workers.push(later);
-    later.outbox.prune(f.clock.now());
+    await later.outbox.prune(f.clock.now());
     // The first delivery (90 days and 1 ms ago) is gone; the pending notification and its recent attempt stay.
     expect(history().map((h) => h.outcome)).toEqual(['failed']);
     expect(f.outbox().map((r) => r.status)).toEqual(['pending']);
@@ -251,7 +250,7 @@ describe('a worker killed with SIGKILL during a delivery', () => {
   it('loses nothing: once its lease expires another worker sends the notification again, with the same id, and it is delivered', async () => {
     webhookPolicy();
     receiver.answer = 'hang';
-    f.emit(healthEvent(f.accountId, { id: newId() }));
+    await f.emit(healthEvent(f.accountId, { id: newId() }));
     const id = f.outbox()[0]!.id;
     const child = spawn(process.execPath, [join(ROOT, 'dist/test/notify/delivery-child.js'), f.dir, '3000'], { stdio: ['ignore', 'pipe', 'inherit'] });
     const exited = new Promise<NodeJS.Signals | null>((resolve) => child.once('exit', (_code, signal) => resolve(signal)));
@@ -286,7 +285,7 @@ describe('a worker killed with SIGKILL during a delivery', () => {
   it('is replaced at once by a worker of the same host once its process is gone (a restart), while its lease still runs', async () => {
     webhookPolicy();
     receiver.answer = 'hang';
-    f.emit(healthEvent(f.accountId, { id: newId() }));
+    await f.emit(healthEvent(f.accountId, { id: newId() }));
     const id = f.outbox()[0]!.id;
     const child = spawn(process.execPath, [join(ROOT, 'dist/test/notify/delivery-child.js'), f.dir, String(H)], { stdio: ['ignore', 'pipe', 'inherit'] });
     const exited = new Promise<NodeJS.Signals | null>((resolve) => child.once('exit', (_code, signal) => resolve(signal)));
@@ -336,7 +335,7 @@ describe('email delivery', () => {
     const sink = await smtpSink();
     try {
       f.alerting.createPolicy(f.accountId, { name: 'ops mail', alert_type: 'load_balancing_health_alert', enabled: true, mechanisms: { email: [{ id: 'ops@example.com' }] } });
-      f.emit(healthEvent(f.accountId, { id: newId(), name: 'api', notificationEmail: 'legacy@example.com' }, { eventSource: 'origin', origin: { name: 'o1', address: '192.0.2.7' } }));
+      await f.emit(healthEvent(f.accountId, { id: newId(), name: 'api', notificationEmail: 'legacy@example.com' }, { eventSource: 'origin', origin: { name: 'o1', address: '192.0.2.7' } }));
       const ids = f.outbox().map((r) => r.id);
       const mailer = createMailer({ smtpUrl: `smtp://127.0.0.1:${sink.port}`, spoolDir: join(f.dir, 'unused'), from: 'Moat <moat@example.com>' });
       expect(await worker(mailer).runOnce()).toBe(2);
@@ -365,7 +364,7 @@ describe('email delivery', () => {
   it('retries an email the SMTP server refuses (9401)', async () => {
     const sink = await smtpSink(true);
     try {
-      f.emit(healthEvent(f.accountId, { id: newId(), notificationEmail: 'legacy@example.com' }));
+      await f.emit(healthEvent(f.accountId, { id: newId(), notificationEmail: 'legacy@example.com' }));
       const mailer = createMailer({ smtpUrl: `smtp://127.0.0.1:${sink.port}`, spoolDir: join(f.dir, 'unused'), from: 'moat@example.com' });
       await worker(mailer).runOnce();
       expect(history()[0]).toMatchObject({ outcome: 'failed', status_code: 550 });
@@ -377,7 +376,7 @@ describe('email delivery', () => {
   });
 
   it('without SMTP, writes each email as an owner-only .eml file in the spool', async () => {
-    f.emit(healthEvent(f.accountId, { id: newId(), name: 'db', notificationEmail: 'a@example.com' }, { newHealth: 'healthy', oldHealth: 'unhealthy', reason: '' }));
+    await f.emit(healthEvent(f.accountId, { id: newId(), name: 'db', notificationEmail: 'a@example.com' }, { newHealth: 'healthy', oldHealth: 'unhealthy', reason: '' }));
     const id = f.outbox()[0]!.id;
     await worker().runOnce();
     const spool = join(f.dir, 'mail-spool');

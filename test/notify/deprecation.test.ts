@@ -19,8 +19,7 @@ beforeEach(() => {
   f = notifyFixture();
   pools = [];
   worker = new DeliveryWorker({
-    store: f.store,
-    alerting: f.alerting,
+    store: f.asyncStore,
     mailer: createMailer({ spoolDir: join(f.dir, 'mail-spool'), from: 'moat@example.com' }),
     clock: f.clock,
     deprecation: new DeprecationNotices(f.store, { legacyPools: () => pools }),

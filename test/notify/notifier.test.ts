@@ -23,13 +23,13 @@ function policy(body: Record<string, unknown>): string {
 }
 
 describe('matching health events against policies', () => {
-  it('queues one email per address and one webhook per destination of each matching policy', () => {
+  it('queues one email per address and one webhook per destination of each matching policy', async () => {
     const pool = newId();
     f.pools.add(pool);
     const hook = webhook();
     const p = policy({ mechanisms: { email: [{ id: 'a@example.com' }, { id: 'b@example.com' }], webhooks: [{ id: hook }] } });
     const event = healthEvent(f.accountId, { id: pool, name: 'web' });
-    f.emit(event);
+    await f.emit(event);
     const rows = f.outbox();
     expect(rows.map((r) => [r.policy_id, r.mechanism_type, r.target, r.event_id, r.status])).toEqual([
       [p, 'email', 'a@example.com', event.id, 'pending'],
@@ -62,7 +62,7 @@ describe('matching health events against policies', () => {
     });
   });
 
-  it('honours pool_id, new_health and event_source, and skips disabled policies', () => {
+  it('honours pool_id, new_health and event_source, and skips disabled policies', async () => {
     const [a, b] = [newId(), newId()];
     f.pools.add(a).add(b);
     const onlyA = policy({ name: 'only a', filters: { pool_id: [a] }, mechanisms: { email: [{ id: 'a@example.com' }] } });
@@ -72,48 +72,48 @@ describe('matching health events against policies', () => {
     const who = () => f.outbox().splice(0).map((r) => r.policy_id);
     const clear = () => f.store.db.exec('DELETE FROM alert_outbox');
 
-    f.emit(healthEvent(f.accountId, { id: b }));
+    await f.emit(healthEvent(f.accountId, { id: b }));
     expect(who()).toEqual([downOnly]);
     clear();
-    f.emit(healthEvent(f.accountId, { id: a }, { oldHealth: 'unhealthy', newHealth: 'healthy', reason: '' }));
+    await f.emit(healthEvent(f.accountId, { id: a }, { oldHealth: 'unhealthy', newHealth: 'healthy', reason: '' }));
     expect(who()).toEqual([onlyA]);
     clear();
-    f.emit(healthEvent(f.accountId, { id: b }, { eventSource: 'origin', origin: { name: 'o1', address: '192.0.2.1' } }));
+    await f.emit(healthEvent(f.accountId, { id: b }, { eventSource: 'origin', origin: { name: 'o1', address: '192.0.2.1' } }));
     expect(who().sort()).toEqual([downOnly, origins].sort());
   });
 
-  it('does not notify the first result after a start (old health unknown)', () => {
+  it('does not notify the first result after a start (old health unknown)', async () => {
     policy({ mechanisms: { email: [{ id: 'a@example.com' }] } });
-    f.emit(healthEvent(f.accountId, { id: newId(), notificationEmail: 'legacy@example.com' }, { oldHealth: null }));
+    await f.emit(healthEvent(f.accountId, { id: newId(), notificationEmail: 'legacy@example.com' }, { oldHealth: null }));
     expect(f.outbox()).toEqual([]);
   });
 
-  it('writes nothing when the transaction recording the event rolls back', () => {
+  it('writes nothing when the transaction recording the event rolls back', async () => {
     policy({ mechanisms: { email: [{ id: 'a@example.com' }] } });
-    expect(() =>
-      f.store.write(() => {
-        f.notifier.onHealthEvent(healthEvent(f.accountId, { id: newId() }));
+    await expect(
+      f.asyncStore.write(async (tx) => {
+        await f.notifier.onHealthEvent(healthEvent(f.accountId, { id: newId() }), tx);
         throw new Error('the health side failed after the listener');
       }),
-    ).toThrow(/health side/);
+    ).rejects.toThrow(/health side/);
     expect(f.outbox()).toEqual([]);
   });
 
-  it("ignores other accounts' policies", () => {
+  it("ignores other accounts' policies", async () => {
     f.alerting.createPolicy(f.otherAccount, { name: 'theirs', alert_type: 'load_balancing_health_alert', enabled: true, mechanisms: { email: [{ id: 't@example.com' }] } });
-    f.emit(healthEvent(f.accountId, { id: newId() }));
+    await f.emit(healthEvent(f.accountId, { id: newId() }));
     expect(f.outbox()).toEqual([]);
   });
 
-  it('ends the incident its failure started: END carries the START correlation id, and a new failure starts a new one', () => {
+  it('ends the incident its failure started: END carries the START correlation id, and a new failure starts a new one', async () => {
     const hook = webhook();
     policy({ mechanisms: { webhooks: [{ id: hook }] } });
     const pool = newId();
     const down = healthEvent(f.accountId, { id: pool });
-    f.emit(down);
-    f.emit(healthEvent(f.accountId, { id: pool }, { oldHealth: 'unhealthy', newHealth: 'healthy', reason: '' }));
+    await f.emit(down);
+    await f.emit(healthEvent(f.accountId, { id: pool }, { oldHealth: 'unhealthy', newHealth: 'healthy', reason: '' }));
     const again = healthEvent(f.accountId, { id: pool });
-    f.emit(again);
+    await f.emit(again);
     const bodies = f.outbox().map((r) => JSON.parse(r.payload).body as { alert_event: string; alert_correlation_id: string });
     expect(bodies.map((b) => [b.alert_event, b.alert_correlation_id])).toEqual([
       ['ALERT_STATE_EVENT_START', down.id],
@@ -124,8 +124,8 @@ describe('matching health events against policies', () => {
 });
 
 describe('legacy pool notification_email', () => {
-  it('queues one email per address of the pool for its own events, with no policy', () => {
-    f.emit(healthEvent(f.accountId, { id: newId(), name: 'api', notificationEmail: 'x@example.com, y@example.com,,X@example.com ' }));
+  it('queues one email per address of the pool for its own events, with no policy', async () => {
+    await f.emit(healthEvent(f.accountId, { id: newId(), name: 'api', notificationEmail: 'x@example.com, y@example.com,,X@example.com ' }));
     const rows = f.outbox();
     expect(rows.map((r) => [r.policy_id, r.mechanism_type, r.target])).toEqual([
       [null, 'email', 'x@example.com'],
@@ -139,24 +139,25 @@ describe('legacy pool notification_email', () => {
     ['origin events disabled', { origin: { disable: true } }, [true, true, false, false]],
     ['pool: down events only', { pool: { healthy: false } }, [true, false, true, true]],
     ['pool: up events only, origins null (all)', { pool: { healthy: true }, origin: { healthy: null } }, [false, true, true, true]],
-  ] as const)('respects notification_filter (%s)', (_name, filter, expected) => {
+  ] as const)('respects notification_filter (%s)', async (_name, filter, expected) => {
     const cases = [
       { eventSource: 'pool', newHealth: 'unhealthy' },
       { eventSource: 'pool', newHealth: 'healthy' },
       { eventSource: 'origin', newHealth: 'unhealthy' },
       { eventSource: 'origin', newHealth: 'healthy' },
     ] as const;
-    const sent = cases.map((c) => {
+    const sent: boolean[] = [];
+    for (const c of cases) {
       f.store.db.exec('DELETE FROM alert_outbox');
-      f.emit(
+      await f.emit(
         healthEvent(
           f.accountId,
           { id: newId(), notificationEmail: 'ops@example.com', notificationFilter: filter as Record<string, unknown> | null },
           { eventSource: c.eventSource, newHealth: c.newHealth, oldHealth: c.newHealth === 'healthy' ? 'unhealthy' : 'healthy', origin: c.eventSource === 'origin' ? { name: 'o', address: '192.0.2.9' } : undefined },
         ),
       );
-      return f.outbox().length === 1;
-    });
+      sent.push(f.outbox().length === 1);
+    }
     expect(sent).toEqual(expected);
   });
 });

@@ -4,8 +4,8 @@
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { AlertingStore, Notifier, type Clock } from '../../src/notify/index.js';
-import { Database, newId, type HealthEvent } from '../../src/store/index.js';
+import { AlertingStore, Notifier, sqliteNotifyRepos, type Clock } from '../../src/notify/index.js';
+import { Database, SqliteStore, newId, type HealthEvent } from '../../src/store/index.js';
 
 /** A clock that only moves when the test says so. */
 export class TestClock implements Clock {
@@ -27,9 +27,12 @@ export function notifyFixture(dir = mkdtempSync(join(tmpdir(), 'moat-notify-')))
     for (const a of [accountId, otherAccount]) store.db.prepare("INSERT OR IGNORE INTO accounts VALUES (?, '2026-01-01T00:00:00.000000Z')").run(a);
   });
   const pools = new Set<string>();
-  const alerting = new AlertingStore(store, { poolExists: (account, id) => account === accountId && pools.has(id) });
+  const poolDirectory = { poolExists: (account: string, id: string) => account === accountId && pools.has(id) };
+  const alerting = new AlertingStore(store, poolDirectory);
+  // The asynchronous store over the same database, through which events are recorded as the health monitor records them.
+  const asyncStore = new SqliteStore(store, (database) => sqliteNotifyRepos(database, poolDirectory));
   const clock = new TestClock();
-  const notifier = new Notifier(alerting, clock);
+  const notifier = new Notifier(clock);
   return {
     dir,
     store,
@@ -37,11 +40,12 @@ export function notifyFixture(dir = mkdtempSync(join(tmpdir(), 'moat-notify-')))
     otherAccount,
     pools,
     alerting,
+    asyncStore,
     clock,
     notifier,
     /** Records an event as the health side does: the listener runs inside the write transaction. */
-    emit(event: HealthEvent): void {
-      store.write(() => notifier.onHealthEvent(event));
+    emit(event: HealthEvent): Promise<void> {
+      return asyncStore.write((tx) => notifier.onHealthEvent(event, tx));
     },
     outbox(): { policy_id: string | null; mechanism_type: string; target: string; payload: string; event_id: string; id: string; status: string; attempts: number }[] {
       return store.db.prepare('SELECT * FROM alert_outbox ORDER BY rowid').all() as never;

@@ -13,7 +13,7 @@ import type { Services } from '../services.js';
 
 /** What the alerting routes use. */
 export interface AlertingRoutesOptions {
-  services: Pick<Services, 'auth' | 'alerting' | 'delivery'>;
+  services: Pick<Services, 'auth' | 'alerting' | 'store'>;
 }
 
 const DEFAULT_PER_PAGE = 25;
@@ -40,56 +40,56 @@ export const alertingRoutes: FastifyPluginAsync<AlertingRoutesOptions> = async (
     throw err instanceof FieldErrors ? new ApiErrors(err.errors) : err;
   });
 
-  function scope(req: FastifyRequest): { accountId: string; id: string } {
-    const { accountId } = auth.scope(req);
+  async function scope(req: FastifyRequest): Promise<{ accountId: string; id: string }> {
+    const { accountId } = await auth.scope(req);
     const id = (req.params as { id?: string }).id ?? '';
     if (id !== '') requireId(req, id);
     return { accountId, id };
   }
 
   api.get(`${base}/available_alerts`, async (req) => {
-    scope(req);
+    await scope(req);
     return ok(availableAlerts());
   });
 
-  api.get(`${base}/policies`, async (req) => ok(store.policies(scope(req).accountId)));
-  api.post(`${base}/policies`, async (req) => ok({ id: store.createPolicy(scope(req).accountId, req.body) }));
+  api.get(`${base}/policies`, async (req) => ok(await store.policies((await scope(req)).accountId)));
+  api.post(`${base}/policies`, async (req) => ok({ id: await store.createPolicy((await scope(req)).accountId, req.body) }));
   api.get(`${base}/policies/:id`, async (req) => {
-    const { accountId, id } = scope(req);
-    return ok(store.policy(accountId, id));
+    const { accountId, id } = await scope(req);
+    return ok(await store.policy(accountId, id));
   });
   api.put(`${base}/policies/:id`, async (req) => {
-    const { accountId, id } = scope(req);
-    return ok({ id: store.updatePolicy(accountId, id, req.body) });
+    const { accountId, id } = await scope(req);
+    return ok({ id: await store.updatePolicy(accountId, id, req.body) });
   });
   api.delete(`${base}/policies/:id`, async (req) => {
-    const { accountId, id } = scope(req);
-    store.deletePolicy(accountId, id);
+    const { accountId, id } = await scope(req);
+    await store.deletePolicy(accountId, id);
     return ok({ id });
   });
 
   const hooks = `${base}/destinations/webhooks`;
-  api.get(hooks, async (req) => ok(store.webhooks(scope(req).accountId)));
-  api.post(hooks, async (req) => ok({ id: await alerting.createWebhook(scope(req).accountId, req.body) }));
+  api.get(hooks, async (req) => ok(await store.webhooks((await scope(req)).accountId)));
+  api.post(hooks, async (req) => ok({ id: await alerting.createWebhook((await scope(req)).accountId, req.body) }));
   api.get(`${hooks}/:id`, async (req) => {
-    const { accountId, id } = scope(req);
-    return ok(store.webhook(accountId, id));
+    const { accountId, id } = await scope(req);
+    return ok(await store.webhook(accountId, id));
   });
   api.put(`${hooks}/:id`, async (req) => {
-    const { accountId, id } = scope(req);
+    const { accountId, id } = await scope(req);
     return ok({ id: await alerting.updateWebhook(accountId, id, req.body) });
   });
   api.delete(`${hooks}/:id`, async (req) => {
-    const { accountId, id } = scope(req);
-    store.deleteWebhook(accountId, id);
+    const { accountId, id } = await scope(req);
+    await store.deleteWebhook(accountId, id);
     return ok({ id });
   });
 
   api.get(`${base}/history`, async (req) => {
-    const { accountId } = scope(req);
+    const { accountId } = await scope(req);
     const perPage = perPageOf(req, DEFAULT_PER_PAGE, MAX_PER_PAGE);
     const page = pageOf(req);
-    const { items, total } = services.delivery.outbox.history(accountId, { since: timeBound(req, 'since'), before: timeBound(req, 'before'), page, perPage });
+    const { items, total } = await services.store.outbox.history(accountId, { since: timeBound(req, 'since'), before: timeBound(req, 'before'), page, perPage });
     return ok(items, { page, per_page: perPage, count: items.length, total_count: total, total_pages: Math.ceil(total / perPage) });
   });
 };

@@ -15,7 +15,7 @@ import type { Services } from '../services.js';
 
 /** What the fleet routes use. */
 export interface DaemonRoutesOptions {
-  services: Pick<Services, 'auth' | 'daemons' | 'hub'>;
+  services: Pick<Services, 'auth' | 'store' | 'hub'>;
 }
 
 const DEFAULT_PER_PAGE = 20;
@@ -36,21 +36,22 @@ function view(d: DaemonInfo, staleMs: number, now: number) {
 
 /** The fleet routes. */
 export const daemonRoutes: FastifyPluginAsync<DaemonRoutesOptions> = async (api, { services }) => {
-  const { auth, daemons, hub } = services;
+  const { auth, hub } = services;
+  const { daemons } = services.store;
   // Rows are refreshed every heartbeat (of whichever control plane holds the connection): three missed ones are stale.
   const staleMs = 3 * Math.max(hub.heartbeatSeconds, HEARTBEAT_SECONDS) * 1000 + 1000;
 
-  function one(req: FastifyRequest): DaemonInfo {
-    const { accountId } = auth.scope(req);
+  async function one(req: FastifyRequest): Promise<DaemonInfo> {
+    const { accountId } = await auth.scope(req);
     const id = (req.params as { daemon_id: string }).daemon_id;
     requireId(req, id);
-    const d = daemons.get(id);
+    const d = await daemons.get(id);
     if (d === undefined || d.account_id !== accountId) throw apiError('DAEMON_NOT_FOUND', `The account has no daemon ${id}`);
     return d;
   }
 
   api.get(DAEMONS_PATH, async (req) => {
-    const { accountId } = auth.scope(req);
+    const { accountId } = await auth.scope(req);
     const rulesetId = queryText(req, 'ruleset_id');
     const version = queryText(req, 'version');
     const connected = queryText(req, 'connected');
@@ -63,8 +64,7 @@ export const daemonRoutes: FastifyPluginAsync<DaemonRoutesOptions> = async (api,
     const page = pageOf(req);
     const perPage = perPageOf(req, DEFAULT_PER_PAGE, MAX_PER_PAGE);
     const now = Date.now();
-    const all = daemons
-      .list({ accountId })
+    const all = (await daemons.list({ accountId }))
       .map((d) => view(d, staleMs, now))
       .filter(
         (d) =>
@@ -76,12 +76,12 @@ export const daemonRoutes: FastifyPluginAsync<DaemonRoutesOptions> = async (api,
     return ok(result, { page, per_page: perPage, count: result.length, total_count: all.length, total_pages: Math.ceil(all.length / perPage) });
   });
 
-  api.get(`${DAEMONS_PATH}/:daemon_id`, async (req) => ok(view(one(req), staleMs, Date.now())));
+  api.get(`${DAEMONS_PATH}/:daemon_id`, async (req) => ok(view(await one(req), staleMs, Date.now())));
 
   // Revoking is idempotent: a revoked daemon answers as it is.
   api.delete(`${DAEMONS_PATH}/:daemon_id`, async (req) => {
-    let d = one(req);
-    if (d.revoked_on === null) d = daemons.revoke(d.id);
+    let d = await one(req);
+    if (d.revoked_on === null) d = await daemons.revoke(d.id);
     hub.revoked(d.id);
     return ok(view(d, staleMs, Date.now()));
   });

@@ -19,7 +19,7 @@ export const PUBLIC_ROUTE = { public: true } as const;
 export const healthCheckRoutes: FastifyPluginAsync<HealthCheckRoutesOptions> = async (api, { services }) => {
   api.get('/health/live', { config: PUBLIC_ROUTE }, async (_req, reply) => reply.header('cache-control', 'no-store').send({ status: 'ok' }));
   api.get('/health', { config: PUBLIC_ROUTE }, async (_req, reply) => {
-    const problem = services.store.writable();
+    const problem = await services.store.writable();
     void reply.header('cache-control', 'no-store');
     if (problem === undefined) return reply.send({ status: 'ok', checks: { database: 'ok' } });
     return reply.code(503).send({ status: 'unavailable', checks: { database: problem } });

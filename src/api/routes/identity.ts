@@ -14,7 +14,7 @@ import type { Services } from '../services.js';
 
 /** What the identity routes use. */
 export interface IdentityRoutesOptions {
-  services: Pick<Services, 'auth' | 'users'>;
+  services: Pick<Services, 'auth' | 'store'>;
 }
 
 /** Page sizes of /accounts and /zones (Cloudflare's default and maximum). */
@@ -49,7 +49,8 @@ function paged<T>(req: FastifyRequest, items: T[]) {
 
 /** The identity routes. */
 export const identityRoutes: FastifyPluginAsync<IdentityRoutesOptions> = async (api, { services }) => {
-  const { auth, users } = services;
+  const { auth } = services;
+  const { users } = services.store;
 
   api.get('/user/tokens/verify', async (req) => {
     const p = principalOf(req);
@@ -60,25 +61,25 @@ export const identityRoutes: FastifyPluginAsync<IdentityRoutesOptions> = async (
   api.get('/accounts', async (req) => {
     const p = principalOf(req);
     const name = queryText(req, 'name');
-    return paged(req, users.accountRows(p.accounts).filter((a) => name === undefined || a.id === name).map(account));
+    return paged(req, (await users.accountRows(p.accounts)).filter((a) => name === undefined || a.id === name).map(account));
   });
 
   api.get('/accounts/:account_id', async (req) => {
-    const { accountId } = auth.scope(req);
-    return ok(account(users.accountRows([accountId])[0] ?? { id: accountId, created_on: '' }));
+    const { accountId } = await auth.scope(req);
+    return ok(account((await users.accountRows([accountId]))[0] ?? { id: accountId, created_on: '' }));
   });
 
   api.get('/zones', async (req) => {
     const p = principalOf(req);
     const accountId = queryText(req, 'account.id') ?? queryText(req, 'account[id]');
     const name = queryText(req, 'name');
-    const rows = users.zoneRows(p.accounts, p.zones.keys()).filter((z) => (accountId === undefined || z.account_id === accountId) && (name === undefined || z.id === name));
+    const rows = (await users.zoneRows(p.accounts, p.zones.keys())).filter((z) => (accountId === undefined || z.account_id === accountId) && (name === undefined || z.id === name));
     return paged(req, rows.map(zone));
   });
 
   api.get('/zones/:zone_id', async (req) => {
-    const { zoneId } = auth.scope(req);
-    const row = users.zoneRows([], [zoneId!])[0];
+    const { zoneId } = await auth.scope(req);
+    const row = (await users.zoneRows([], [zoneId!]))[0];
     if (row === undefined) throw apiError('AUTH_FORBIDDEN', 'Authentication error');
     return ok(zone(row));
   });

@@ -26,8 +26,8 @@ export const listRoutes: FastifyPluginAsync<ListRoutesOptions> = async (api, { s
   const base = '/accounts/:account_id/rules/lists';
 
   // The account the request may reach, plus a check of every id in the path.
-  function scope(req: FastifyRequest): { accountId: string; params: Params } {
-    const { accountId } = auth.scope(req);
+  async function scope(req: FastifyRequest): Promise<{ accountId: string; params: Params }> {
+    const { accountId } = await auth.scope(req);
     const params = req.params as Params;
     for (const k of ['list_id', 'item_id', 'operation_id'] as const) if (params[k] !== undefined) requireId(req, params[k]);
     return { accountId, params };
@@ -35,40 +35,40 @@ export const listRoutes: FastifyPluginAsync<ListRoutesOptions> = async (api, { s
 
   // Reads answer with a digest ETag, so that If-None-Match spares an unchanged
   // body (304), for GET and HEAD alike (see the rulesets routes' `read`).
-  const read = (url: string, result: (req: FastifyRequest) => unknown) =>
-    api.route({ method: ['GET', 'HEAD'], url, handler: async (req, reply: FastifyReply) => sendJsonRevalidatable(req, reply, result(req)) });
+  const read = (url: string, result: (req: FastifyRequest) => Promise<unknown>) =>
+    api.route({ method: ['GET', 'HEAD'], url, handler: async (req, reply: FastifyReply) => sendJsonRevalidatable(req, reply, await result(req)) });
 
   api.post(base, async (req) => {
-    const { accountId } = scope(req);
-    return ok(lists.create(accountId, req.body));
+    const { accountId } = await scope(req);
+    return ok(await lists.create(accountId, req.body));
   });
 
-  read(base, (req) => ok(lists.all(scope(req).accountId)));
+  read(base, async (req) => ok(await lists.all((await scope(req)).accountId)));
 
   api.get(`${base}/bulk_operations/:operation_id`, async (req) => {
-    const { accountId, params } = scope(req);
-    return ok(lists.operation(accountId, params.operation_id));
+    const { accountId, params } = await scope(req);
+    return ok(await lists.operation(accountId, params.operation_id));
   });
 
-  read(`${base}/:list_id`, (req) => {
-    const { accountId, params } = scope(req);
-    return ok(lists.get(accountId, params.list_id));
+  read(`${base}/:list_id`, async (req) => {
+    const { accountId, params } = await scope(req);
+    return ok(await lists.get(accountId, params.list_id));
   });
 
   api.put(`${base}/:list_id`, async (req) => {
-    const { accountId, params } = scope(req);
-    return ok(lists.update(accountId, params.list_id, req.body));
+    const { accountId, params } = await scope(req);
+    return ok(await lists.update(accountId, params.list_id, req.body));
   });
 
   api.delete(`${base}/:list_id`, async (req) => {
-    const { accountId, params } = scope(req);
-    lists.delete(accountId, params.list_id);
+    const { accountId, params } = await scope(req);
+    await lists.delete(accountId, params.list_id);
     return ok({ id: params.list_id });
   });
 
-  read(`${base}/:list_id/items`, (req) => {
-    const { accountId, params } = scope(req);
-    const page = lists.items(accountId, params.list_id, {
+  read(`${base}/:list_id/items`, async (req) => {
+    const { accountId, params } = await scope(req);
+    const page = await lists.items(accountId, params.list_id, {
       cursor: queryText(req, 'cursor'),
       search: queryText(req, 'search'),
       perPage: perPageOf(req, DEFAULT_PER_PAGE, limits.maxPerPage),
@@ -79,9 +79,9 @@ export const listRoutes: FastifyPluginAsync<ListRoutesOptions> = async (api, { s
     return ok(page.items, { cursors });
   });
 
-  read(`${base}/:list_id/items/:item_id`, (req) => {
-    const { accountId, params } = scope(req);
-    return ok(lists.item(accountId, params.list_id, params.item_id));
+  read(`${base}/:list_id/items/:item_id`, async (req) => {
+    const { accountId, params } = await scope(req);
+    return ok(await lists.item(accountId, params.list_id, params.item_id));
   });
 
   // The three item writes answer 200 with the operation id (the SDK accepts any
@@ -92,8 +92,8 @@ export const listRoutes: FastifyPluginAsync<ListRoutesOptions> = async (api, { s
       method,
       url: `${base}/:list_id/items`,
       handler: async (req) => {
-        const { accountId, params } = scope(req);
-        return ok({ operation_id: lists.write(accountId, params.list_id, op, req.body) });
+        const { accountId, params } = await scope(req);
+        return ok({ operation_id: await lists.write(accountId, params.list_id, op, req.body) });
       },
     });
   }

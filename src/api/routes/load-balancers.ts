@@ -59,69 +59,69 @@ export const loadBalancerRoutes: FastifyPluginAsync<LoadBalancerRoutesOptions> =
   const { auth, loadBalancing: lb, limits } = services;
   const base = '/accounts/:account_id/load_balancers';
 
-  function scope(req: FastifyRequest): { accountId: string; params: Params } {
-    const { accountId } = auth.scope(req);
+  async function scope(req: FastifyRequest): Promise<{ accountId: string; params: Params }> {
+    const { accountId } = await auth.scope(req);
     const params = req.params as Params;
     for (const k of ['pool_id', 'monitor_id'] as const) if (params[k] !== undefined) requireId(req, params[k]);
     return { accountId, params };
   }
 
   // ---- monitors
-  api.post(`${base}/monitors`, async (req) => ok(lb.createMonitor(scope(req).accountId, req.body)));
+  api.post(`${base}/monitors`, async (req) => ok(await lb.createMonitor((await scope(req)).accountId, req.body)));
   api.get(`${base}/monitors`, async (req) => {
-    const all = lb.monitors(scope(req).accountId);
+    const all = await lb.monitors((await scope(req)).accountId);
     return ok(all, { page: 1, per_page: all.length, count: all.length, total_count: all.length, total_pages: 1 });
   });
   api.get(`${base}/monitors/:monitor_id`, async (req) => {
-    const { accountId, params } = scope(req);
-    return ok(lb.monitor(accountId, params.monitor_id!));
+    const { accountId, params } = await scope(req);
+    return ok(await lb.monitor(accountId, params.monitor_id!));
   });
   api.put(`${base}/monitors/:monitor_id`, async (req) => {
-    const { accountId, params } = scope(req);
-    return ok(lb.updateMonitor(accountId, params.monitor_id!, req.body, false));
+    const { accountId, params } = await scope(req);
+    return ok(await lb.updateMonitor(accountId, params.monitor_id!, req.body, false));
   });
   api.patch(`${base}/monitors/:monitor_id`, async (req) => {
-    const { accountId, params } = scope(req);
-    return ok(lb.updateMonitor(accountId, params.monitor_id!, req.body, true));
+    const { accountId, params } = await scope(req);
+    return ok(await lb.updateMonitor(accountId, params.monitor_id!, req.body, true));
   });
   api.delete(`${base}/monitors/:monitor_id`, async (req) => {
-    const { accountId, params } = scope(req);
-    return ok(lb.deleteMonitor(accountId, params.monitor_id!));
+    const { accountId, params } = await scope(req);
+    return ok(await lb.deleteMonitor(accountId, params.monitor_id!));
   });
 
   // ---- pools
-  api.post(`${base}/pools`, async (req) => ok(lb.createPool(scope(req).accountId, req.body)));
+  api.post(`${base}/pools`, async (req) => ok(await lb.createPool((await scope(req)).accountId, req.body)));
   api.get(`${base}/pools`, async (req) => {
-    const { accountId } = scope(req);
+    const { accountId } = await scope(req);
     // A listing without pagination parameters returns every pool (the SDK's list is a single page).
     const monitor = queryText(req, 'monitor') ?? null;
     if (monitor !== null && !/^[0-9a-f]{32}$/.test(monitor)) throw apiError('API_BAD_QUERY', 'monitor must be a monitor id (32 hex characters)', { pointer: 'monitor' });
-    const { result, info } = lb.pools(accountId, pageRequest(req, limits.maxPerPage, Number.MAX_SAFE_INTEGER), monitor);
+    const { result, info } = await lb.pools(accountId, pageRequest(req, limits.maxPerPage, Number.MAX_SAFE_INTEGER), monitor);
     return ok(result, info);
   });
   api.patch(`${base}/pools`, async (req) => {
-    const { accountId } = scope(req);
-    const { result, info } = lb.bulkEdit(accountId, req.body, pageRequest(req, limits.maxPerPage, DEFAULT_POOLS_PAGE));
+    const { accountId } = await scope(req);
+    const { result, info } = await lb.bulkEdit(accountId, req.body, pageRequest(req, limits.maxPerPage, DEFAULT_POOLS_PAGE));
     return ok(result, info);
   });
   api.get(`${base}/pools/:pool_id`, async (req) => {
-    const { accountId, params } = scope(req);
-    return ok(lb.pool(accountId, params.pool_id!));
+    const { accountId, params } = await scope(req);
+    return ok(await lb.pool(accountId, params.pool_id!));
   });
   api.put(`${base}/pools/:pool_id`, async (req) => {
-    const { accountId, params } = scope(req);
-    return ok(lb.updatePool(accountId, params.pool_id!, req.body, false));
+    const { accountId, params } = await scope(req);
+    return ok(await lb.updatePool(accountId, params.pool_id!, req.body, false));
   });
   api.patch(`${base}/pools/:pool_id`, async (req) => {
-    const { accountId, params } = scope(req);
-    return ok(lb.updatePool(accountId, params.pool_id!, req.body, true));
+    const { accountId, params } = await scope(req);
+    return ok(await lb.updatePool(accountId, params.pool_id!, req.body, true));
   });
   api.delete(`${base}/pools/:pool_id`, async (req) => {
-    const { accountId, params } = scope(req);
-    return ok(lb.deletePool(accountId, params.pool_id!));
+    const { accountId, params } = await scope(req);
+    return ok(await lb.deletePool(accountId, params.pool_id!));
   });
   api.get(`${base}/pools/:pool_id/health`, async (req) => {
-    const { accountId, params } = scope(req);
-    return ok(lb.poolHealth(accountId, params.pool_id!));
+    const { accountId, params } = await scope(req);
+    return ok(await lb.poolHealth(accountId, params.pool_id!));
   });
 };

@@ -27,7 +27,7 @@ export const notImplementedRoutes: FastifyPluginAsync<NotImplementedRoutesOption
   const { auth } = services;
   for (const feature of FEATURES) {
     const handler = async (req: FastifyRequest) => {
-      auth.scope(req);
+      await auth.scope(req);
       const rest = (req.params as { '*'?: string })['*'] ?? '';
       const name = feature.name(rest.split('/')[0] ?? '');
       throw apiError('API_NOT_IMPLEMENTED', `${name} are not implemented in Moat yet (${req.method} ${shownPath(req.url)})`);

@@ -45,63 +45,63 @@ export const rulesetRoutes: FastifyPluginAsync<RulesetRoutesOptions> = async (ap
     // Reads of one version answer cached bytes with the version's ETag; listings
     // are computed each time and get a digest ETag, so If-None-Match spares the body.
     read(base, async (req: Req, reply) => {
-      const s = scope(req);
+      const s = await scope(req);
       const page = service.list(s, queryText(req, 'cursor'), perPageOf(req, DEFAULT_PER_PAGE, limits.maxPerPage));
       return sendJsonRevalidatable(req, reply, ok(page.result, page.cursor === undefined ? { count: page.result.length } : { count: page.result.length, cursor: page.cursor }));
     });
-    api.post(base, async (req: Req, reply) => written(reply, await service.create(scope(req), req.body, dryRunOf(req))));
+    api.post(base, async (req: Req, reply) => written(reply, await service.create(await scope(req), req.body, dryRunOf(req))));
 
     const ep = `${base}/phases/:phase/entrypoint`;
-    read(ep, async (req: Req, reply) => sendCached(req, reply, service.entrypointResponse(scope(req), req.params.phase)));
-    api.put(ep, async (req: Req, reply) => written(reply, await service.putEntrypoint(scope(req), req.params.phase, req.body, dryRunOf(req))));
-    read(`${ep}/versions`, async (req: Req, reply) => sendJsonRevalidatable(req, reply, ok(service.entrypointVersions(scope(req), req.params.phase))));
+    read(ep, async (req: Req, reply) => sendCached(req, reply, service.entrypointResponse(await scope(req), req.params.phase)));
+    api.put(ep, async (req: Req, reply) => written(reply, await service.putEntrypoint(await scope(req), req.params.phase, req.body, dryRunOf(req))));
+    read(`${ep}/versions`, async (req: Req, reply) => sendJsonRevalidatable(req, reply, ok(service.entrypointVersions(await scope(req), req.params.phase))));
     read(`${ep}/versions/:version`, async (req: Req, reply) =>
-      sendCached(req, reply, service.entrypointVersionResponse(scope(req), req.params.phase, req.params.version)),
+      sendCached(req, reply, service.entrypointVersionResponse(await scope(req), req.params.phase, req.params.version)),
     );
 
     const one = `${base}/:ruleset_id`;
     read(one, async (req: Req, reply) => {
-      const s = scope(req);
+      const s = await scope(req);
       return sendCached(req, reply, service.getResponse(s, id(req)));
     });
     api.put(one, async (req: Req, reply) => {
-      const s = scope(req);
+      const s = await scope(req);
       return written(reply, await service.update(s, id(req), req.body, dryRunOf(req)));
     });
     api.delete(one, async (req: Req, reply) => {
-      const s = scope(req);
+      const s = await scope(req);
       await service.delete(s, id(req), dryRunOf(req));
       return noContent(reply);
     });
     read(`${one}/versions`, async (req: Req, reply) => {
-      const s = scope(req);
+      const s = await scope(req);
       return sendJsonRevalidatable(req, reply, ok(service.versions(s, id(req))));
     });
     read(`${one}/versions/:version`, async (req: Req, reply) => {
-      const s = scope(req);
+      const s = await scope(req);
       return sendCached(req, reply, service.versionResponse(s, id(req), req.params.version));
     });
     api.delete(`${one}/versions/:version`, async (req: Req, reply) => {
-      const s = scope(req);
+      const s = await scope(req);
       await service.deleteVersion(s, id(req), req.params.version, dryRunOf(req));
       return noContent(reply);
     });
     api.post(`${one}/rules`, async (req: Req, reply) => {
-      const s = scope(req);
+      const s = await scope(req);
       return written(reply, await service.addRule(s, id(req), req.body, dryRunOf(req)));
     });
     api.patch(`${one}/rules/:rule_id`, async (req: Req, reply) => {
-      const s = scope(req);
+      const s = await scope(req);
       return written(reply, await service.editRule(s, id(req), ruleId(req), req.body, dryRunOf(req)));
     });
     api.delete(`${one}/rules/:rule_id`, async (req: Req, reply) => {
-      const s = scope(req);
+      const s = await scope(req);
       return written(reply, await service.deleteRule(s, id(req), ruleId(req), dryRunOf(req)));
     });
   }
   // Rules of a managed ruleset version by tag: account level only, as on Cloudflare.
   read('/accounts/:account_id/rulesets/:ruleset_id/versions/:version/by_tag/:rule_tag', async (req: Req, reply) => {
-    const s = scope(req);
+    const s = await scope(req);
     return sendJsonRevalidatable(req, reply, ok(service.byTag(s, id(req), req.params.version, req.params.rule_tag)));
   });
 };

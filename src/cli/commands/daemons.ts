@@ -7,19 +7,15 @@
 
 import { closeSync, constants, openSync, writeSync } from 'node:fs';
 import type { Command } from 'commander';
-import { Daemons, Database, type DaemonInfo } from '../../store/index.js';
+import type { DaemonInfo, DaemonsRepo } from '../../store/index.js';
+import { withStore } from '../open-store.js';
 import { CliError, type Output } from '../output.js';
 import { DEFAULT_DATA_DIR } from './serve.js';
 
 const DATA_DIR_HELP = 'directory of the database (default $MOAT_DATA_DIR, else ./moat-data)';
 
-function withDaemons<T>(dataDir: string, fn: (d: Daemons) => T): T {
-  const store = Database.open(dataDir, { mustExist: true });
-  try {
-    return fn(new Daemons(store));
-  } finally {
-    store.close();
-  }
+function withDaemons<T>(dataDir: string, fn: (d: DaemonsRepo) => Promise<T>): Promise<T> {
+  return withStore(dataDir, (store) => fn(store.daemons));
 }
 
 /** Writes the token to a new file, owner-only; an existing file is never overwritten (it may be another daemon's). */
@@ -77,14 +73,14 @@ export function registerDaemons(program: Command, out: Output): void {
     .requiredOption('--name <name>', 'a name unique in the account (shown by `moat daemons list`)')
     .option('--token-file <file>', 'write the token to this new file (mode 0600) instead of printing it')
     .option('--json', 'print the result as JSON')
-    .action((flags: { dataDir: string; account: string; zone?: string; name: string; tokenFile?: string; json?: boolean }) => {
-      const r = withDaemons(flags.dataDir, (d) => d.create({ accountId: flags.account, zoneId: flags.zone, name: flags.name }));
+    .action(async (flags: { dataDir: string; account: string; zone?: string; name: string; tokenFile?: string; json?: boolean }) => {
+      const r = await withDaemons(flags.dataDir, (d) => d.create({ accountId: flags.account, zoneId: flags.zone, name: flags.name }));
       if (flags.tokenFile !== undefined) {
         try {
           writeTokenFile(flags.tokenFile, r.token);
         } catch (err) {
           // A daemon whose token nobody has is useless: take it back.
-          withDaemons(flags.dataDir, (d) => d.revoke(r.info.id));
+          await withDaemons(flags.dataDir, (d) => d.revoke(r.info.id));
           throw err;
         }
       }
@@ -103,8 +99,8 @@ export function registerDaemons(program: Command, out: Output): void {
     .option('--data-dir <dir>', DATA_DIR_HELP, DEFAULT_DATA_DIR)
     .option('--account <id>', 'only the daemons of this account')
     .option('--json', 'print as JSON')
-    .action((flags: { dataDir: string; account?: string; json?: boolean }) => {
-      const list = withDaemons(flags.dataDir, (d) => d.list({ accountId: flags.account }));
+    .action(async (flags: { dataDir: string; account?: string; json?: boolean }) => {
+      const list = await withDaemons(flags.dataDir, (d) => d.list({ accountId: flags.account }));
       if (flags.json === true) {
         out.stdout(JSON.stringify(list));
         return;
@@ -119,8 +115,8 @@ export function registerDaemons(program: Command, out: Output): void {
     .argument('<id-or-name>', 'the daemon id, or its name')
     .option('--data-dir <dir>', DATA_DIR_HELP, DEFAULT_DATA_DIR)
     .option('--account <id>', 'the account of a name used in several accounts')
-    .action((idOrName: string, flags: { dataDir: string; account?: string }) => {
-      const d = withDaemons(flags.dataDir, (x) => x.revoke(idOrName, flags.account));
+    .action(async (idOrName: string, flags: { dataDir: string; account?: string }) => {
+      const d = await withDaemons(flags.dataDir, (x) => x.revoke(idOrName, flags.account));
       out.stdout(`revoked daemon ${d.id} "${d.name}"`);
     });
 }

@@ -6,7 +6,8 @@ import { readFileSync } from 'node:fs';
 import type { Command } from 'commander';
 import { MANAGED_LISTS } from '../../expr/index.js';
 import { parseListText } from '../../net/index.js';
-import { Database, ListStore, managedListName, rangeListTexts } from '../../store/index.js';
+import { managedListName, rangeListTexts } from '../../store/index.js';
+import { withStore } from '../open-store.js';
 import { CliError, type Output } from '../output.js';
 import { quoteInput, readRegularFile } from '../../errors/index.js';
 import { DEFAULT_DATA_DIR } from './serve.js';
@@ -26,7 +27,7 @@ export function registerLists(program: Command, out: Output): void {
     .requiredOption('--name <name>', 'the managed list: svc.malware, $svc.malware or its alias cf.malware')
     .requiredOption('--file <path>', 'list file: one address, CIDR or a..b range per line, # comments ("-" for standard input)')
     .option('--data-dir <dir>', 'data directory of the control plane', DEFAULT_DATA_DIR)
-    .action((flags: LoadFlags) => {
+    .action(async (flags: LoadFlags) => {
       const name = managedListName(flags.name);
       if (name === undefined) {
         throw new CliError(`${quoteInput(flags.name)} is not a managed list; they are ${MANAGED_LISTS.join(', ')} (account lists are changed through the API)`);
@@ -41,12 +42,7 @@ export function registerLists(program: Command, out: Output): void {
       // The whole file is parsed before the database is opened: a bad line
       // (reported as file:line) leaves the stored list untouched.
       const entries = rangeListTexts(parseListText(text, label));
-      const store = Database.open(flags.dataDir, { mustExist: true });
-      try {
-        const n = new ListStore(store).loadManaged(name, entries, `loaded from ${label}`);
-        out.stdout(`${name}: ${n} ${n === 1 ? 'entry' : 'entries'} loaded from ${label}`);
-      } finally {
-        store.close();
-      }
+      const n = await withStore(flags.dataDir, (store) => store.lists.loadManaged(name, entries, `loaded from ${label}`));
+      out.stdout(`${name}: ${n} ${n === 1 ? 'entry' : 'entries'} loaded from ${label}`);
     });
 }

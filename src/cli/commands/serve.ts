@@ -12,7 +12,7 @@ import { buildServer, createServices, BASE_PATH, DEFAULT_AUTH_LIMIT, DEFAULT_MAI
 import { CHANNEL_PATH, HEARTBEAT_SECONDS } from '../../channel/index.js';
 import { hostPortProblem } from '../../config/index.js';
 import { MoatError } from '../../errors/index.js';
-import { Database, isWellFormedEmail, newId, secureDataDir, type Users } from '../../store/index.js';
+import { Database, isWellFormedEmail, newId, secureDataDir, type Store } from '../../store/index.js';
 import { CliError, type Output } from '../output.js';
 
 /** The data directory when --data-dir is not given: $MOAT_DATA_DIR, else ./moat-data. */
@@ -159,7 +159,7 @@ export function registerServe(program: Command, out: Output): void {
         } catch (err) {
           throw listenError(flags.listen, err);
         }
-        await running(app, store, services.users, log, flags, host, port, out);
+        await running(app, services.store, log, flags, host, port, out);
       } catch (err) {
         // A server that listened and then failed must not keep the process alive.
         await app?.close().catch(() => undefined);
@@ -195,8 +195,7 @@ function startupError(err: unknown): unknown {
 /** After listen: the first user on an empty database, what to print, and the signals that stop it. */
 async function running(
   app: FastifyInstance,
-  store: Database,
-  users: Users,
+  store: Store,
   log: Logger,
   flags: ServeFlags,
   host: string,
@@ -206,12 +205,13 @@ async function running(
   // Counted and created under one write lock: two servers started at once
   // on an empty directory must not both try to create the first user.
   const firstEmail = flags.firstUserEmail ?? FIRST_USER_EMAIL;
-  const first = store.write(() => {
-    if (users.count() !== 0) return undefined;
+  const first = await store.write(async (tx) => {
+    if ((await tx.users.count()) !== 0) return undefined;
     const account = newId();
-    const { key } = users.create({ email: firstEmail, accounts: [account] });
+    const { key } = await tx.users.create({ email: firstEmail, accounts: [account] });
     return { email: firstEmail, key, account };
   });
+  const { users } = store;
   if (first !== undefined && flags.writeFirstUser === true) {
     const { email, key, account } = first;
     writeFileSync(join(flags.dataDir, 'first-user.json'), JSON.stringify({ email, key, account_id: account }, null, 2) + '\n', { mode: 0o600 });
@@ -223,7 +223,7 @@ async function running(
   const bound = addr !== null && typeof addr === 'object' ? addr.port : port;
   const tls = flags.tlsCert !== undefined;
   const url = `${tls ? 'https' : 'http'}://${shown}:${bound}${BASE_PATH}`;
-  out.stdout(`moat: control plane listening on ${url} (database ${store.file})`);
+  out.stdout(`moat: control plane listening on ${url} (database ${store.location})`);
   out.stdout(`moat: control channel for daemons on ${tls ? 'wss' : 'ws'}://${shown}:${bound}${CHANNEL_PATH}`);
   if (first !== undefined) {
     const saved = flags.writeFirstUser === true ? `; it is also in ${join(flags.dataDir, 'first-user.json')}, mode 0600: delete that file once the key is stored elsewhere` : '; keep it now (--write-first-user would also write it to a 0600 file)';
@@ -233,17 +233,17 @@ async function running(
     out.stdout(`  account id:   ${first.account}`);
     out.stdout(`  try: curl -s ${url}/accounts/${first.account}/rulesets -H 'X-Auth-Email: ${first.email}' -H 'X-Auth-Key: ${first.key}'`);
   } else {
-    out.stdout(`moat: ${users.count()} user(s); manage them with: moat users list --data-dir ${flags.dataDir}`);
+    out.stdout(`moat: ${await users.count()} user(s); manage them with: moat users list --data-dir ${flags.dataDir}`);
     if (flags.firstUserEmail !== undefined) out.stderr(`moat: --first-user-email ignored: the database already has users (add one with \`moat users create\`)`);
   }
   // The default email is the first thing an attacker tries: say so on every start while it has a live key.
-  if (users.get(FIRST_USER_EMAIL)?.keys.some((k) => k.revoked_on === null) === true) {
+  if ((await users.get(FIRST_USER_EMAIL))?.keys.some((k) => k.revoked_on === null) === true) {
     out.stderr(
       `moat: warning: user ${FIRST_USER_EMAIL} is the default first user, an email anyone can guess: create your own (moat users create --data-dir ${flags.dataDir} --email YOU --account ACCOUNT_ID) ` +
         `and revoke it (moat users revoke --data-dir ${flags.dataDir} --email ${FIRST_USER_EMAIL}), or start on a new data directory with --first-user-email`,
     );
   }
-  const legacy = users.legacyKeyCount();
+  const legacy = await users.legacyKeyCount();
   if (legacy > 0) {
     out.stderr(
       `moat: ${legacy} API key(s) still hold the scrypt hash of an older Moat; each is re-hashed on its first successful use. Until then a wrong key for their users costs a scrypt check ` +
@@ -255,8 +255,8 @@ async function running(
     if (closing) return;
     closing = true;
     log.info({ signal }, 'stopping');
-    void app.close().finally(() => {
-      store.close();
+    void app.close().finally(async () => {
+      await store.close().catch(() => undefined);
       log.flush();
       process.exit(0);
     });

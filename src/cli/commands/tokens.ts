@@ -4,7 +4,8 @@
 // and only its hash is stored.
 
 import type { Command } from 'commander';
-import { Database, Tokens, Users, type TokenInfo } from '../../store/index.js';
+import type { TokenInfo, TokensRepo } from '../../store/index.js';
+import { withStore } from '../open-store.js';
 import type { Output } from '../output.js';
 import { DEFAULT_DATA_DIR } from './serve.js';
 
@@ -18,14 +19,7 @@ function describe(t: TokenInfo): string {
 /** Registers `moat tokens create|list|revoke`. */
 export function registerTokens(program: Command, out: Output): void {
   const tokens = program.command('tokens').description('manage API tokens (Authorization: Bearer) of the control plane\'s users');
-  const withTokens = <T>(dataDir: string, fn: (t: Tokens) => T): T => {
-    const store = Database.open(dataDir, { mustExist: true });
-    try {
-      return fn(new Tokens(store, new Users(store)));
-    } finally {
-      store.close();
-    }
-  };
+  const withTokens = <T>(dataDir: string, fn: (t: TokensRepo) => Promise<T>): Promise<T> => withStore(dataDir, (store) => fn(store.tokens));
 
   tokens
     .command('create')
@@ -36,8 +30,8 @@ export function registerTokens(program: Command, out: Output): void {
     .option('--account <id>', 'limit the token to this account of the user; repeat for more (default: every account of the user)', collect, [])
     .option('--read-only', 'the token may read but not write (writes answer 403, code 7402)')
     .option('--json', 'print the result as JSON')
-    .action((flags: { dataDir: string; email: string; name: string; account: string[]; readOnly?: boolean; json?: boolean }) => {
-      const r = withTokens(flags.dataDir, (t) => t.create({ email: flags.email, name: flags.name, accounts: flags.account, readOnly: flags.readOnly === true }));
+    .action(async (flags: { dataDir: string; email: string; name: string; account: string[]; readOnly?: boolean; json?: boolean }) => {
+      const r = await withTokens(flags.dataDir, (t) => t.create({ email: flags.email, name: flags.name, accounts: flags.account, readOnly: flags.readOnly === true }));
       if (flags.json === true) {
         out.stdout(JSON.stringify({ ...r.info, token: r.token }));
         return;
@@ -52,8 +46,8 @@ export function registerTokens(program: Command, out: Output): void {
     .option('--data-dir <dir>', 'directory of the database (default $MOAT_DATA_DIR, else ./moat-data)', DEFAULT_DATA_DIR)
     .option('--email <email>', 'only the tokens of this user')
     .option('--json', 'print as JSON')
-    .action((flags: { dataDir: string; email?: string; json?: boolean }) => {
-      const list = withTokens(flags.dataDir, (t) => t.list(flags.email));
+    .action(async (flags: { dataDir: string; email?: string; json?: boolean }) => {
+      const list = await withTokens(flags.dataDir, (t) => t.list(flags.email));
       if (flags.json === true) {
         out.stdout(JSON.stringify(list));
         return;
@@ -67,8 +61,8 @@ export function registerTokens(program: Command, out: Output): void {
     .description('revoke an API token by id (see `moat tokens list`); takes effect on the next request')
     .option('--data-dir <dir>', 'directory of the database (default $MOAT_DATA_DIR, else ./moat-data)', DEFAULT_DATA_DIR)
     .requiredOption('--id <id>', 'the token id')
-    .action((flags: { dataDir: string; id: string }) => {
-      withTokens(flags.dataDir, (t) => t.revoke(flags.id));
+    .action(async (flags: { dataDir: string; id: string }) => {
+      await withTokens(flags.dataDir, (t) => t.revoke(flags.id));
       out.stdout(`revoked token ${flags.id}`);
     });
 }

@@ -3,7 +3,8 @@
 // `moat serve` runs (SQLite serialises the writers).
 
 import type { Command } from 'commander';
-import { Database, Users } from '../../store/index.js';
+import type { UsersRepo } from '../../store/index.js';
+import { withStore } from '../open-store.js';
 import { CliError, type Output } from '../output.js';
 import { DEFAULT_DATA_DIR } from './serve.js';
 
@@ -12,14 +13,7 @@ const collect = (v: string, acc: string[]) => [...acc, v];
 /** Registers `moat users create|list|revoke|add-key`. */
 export function registerUsers(program: Command, out: Output): void {
   const users = program.command('users').description('manage the users and API keys of the control plane');
-  const withUsers = <T>(dataDir: string, fn: (u: Users) => T): T => {
-    const store = Database.open(dataDir, { mustExist: true });
-    try {
-      return fn(new Users(store));
-    } finally {
-      store.close();
-    }
-  };
+  const withUsers = <T>(dataDir: string, fn: (u: UsersRepo) => Promise<T>): Promise<T> => withStore(dataDir, (store) => fn(store.users));
 
   users
     .command('create')
@@ -30,11 +24,11 @@ export function registerUsers(program: Command, out: Output): void {
     .option('--zone <id>', 'zone id (32 hex) of the first account the user may reach; repeat for more', collect, [])
     .option('--key <key>', 'use this key (16-128 of A-Z a-z 0-9 _ -) instead of a generated one')
     .option('--json', 'print the result as JSON')
-    .action((flags: { dataDir: string; email: string; account: string[]; zone: string[]; key?: string; json?: boolean }) => {
+    .action(async (flags: { dataDir: string; email: string; account: string[]; zone: string[]; key?: string; json?: boolean }) => {
       // requiredOption is satisfied by the [] default of a repeatable option, so
       // a missing --account is caught here, as the usage error it is (exit 2).
       if (flags.account.length === 0) throw new CliError('users create: give at least one --account <id>');
-      const r = withUsers(flags.dataDir, (u) => u.create({ email: flags.email, accounts: flags.account, zones: flags.zone, key: flags.key }));
+      const r = await withUsers(flags.dataDir, (u) => u.create({ email: flags.email, accounts: flags.account, zones: flags.zone, key: flags.key }));
       if (flags.json === true) {
         out.stdout(JSON.stringify({ ...r.user, key: flags.key === undefined ? r.key : undefined }));
         return;
@@ -49,8 +43,8 @@ export function registerUsers(program: Command, out: Output): void {
     .option('--data-dir <dir>', 'directory of the database', DEFAULT_DATA_DIR)
     .requiredOption('--email <email>', 'the user')
     .option('--key <key>', 'use this key instead of a generated one')
-    .action((flags: { dataDir: string; email: string; key?: string }) => {
-      const k = withUsers(flags.dataDir, (u) => u.addKey(flags.email, flags.key));
+    .action(async (flags: { dataDir: string; email: string; key?: string }) => {
+      const k = await withUsers(flags.dataDir, (u) => u.addKey(flags.email, flags.key));
       out.stdout(flags.key === undefined ? `X-Auth-Key: ${k}   (shown once; only a hash is stored)` : `added a key to ${flags.email}`);
     });
 
@@ -59,8 +53,8 @@ export function registerUsers(program: Command, out: Output): void {
     .description('list users, their accounts, zones and keys (key hints only)')
     .option('--data-dir <dir>', 'directory of the database', DEFAULT_DATA_DIR)
     .option('--json', 'print as JSON')
-    .action((flags: { dataDir: string; json?: boolean }) => {
-      const list = withUsers(flags.dataDir, (u) => u.list());
+    .action(async (flags: { dataDir: string; json?: boolean }) => {
+      const list = await withUsers(flags.dataDir, (u) => u.list());
       if (flags.json === true) {
         out.stdout(JSON.stringify(list));
         return;
@@ -78,8 +72,8 @@ export function registerUsers(program: Command, out: Output): void {
     .option('--data-dir <dir>', 'directory of the database', DEFAULT_DATA_DIR)
     .requiredOption('--email <email>', 'the user')
     .option('--key-id <id>', 'revoke only this key (see `moat users list`)')
-    .action((flags: { dataDir: string; email: string; keyId?: string }) => {
-      const n = withUsers(flags.dataDir, (u) => u.revoke(flags.email, flags.keyId));
+    .action(async (flags: { dataDir: string; email: string; keyId?: string }) => {
+      const n = await withUsers(flags.dataDir, (u) => u.revoke(flags.email, flags.keyId));
       out.stdout(`revoked ${n} key(s) of ${flags.email}`);
     });
 }
