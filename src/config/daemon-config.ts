@@ -138,12 +138,30 @@ const schema = z.strictObject({
   colo: z.strictObject({ name: z.string().optional(), region: z.string().optional() }).default({}),
   capture: z
     .strictObject({
-      /** Kernel ring per interface, bytes. Default 128 MiB: cap's slots are 64 KiB each (snaplen 65535). */
+      /**
+       * "ring": batched AF_PACKET rings read in place by packet worker threads
+       * (the default); "libpcap": one frame at a time through libpcap (cap),
+       * needed for `filter`. Absent: "ring", or "libpcap" with a filter, or when
+       * the ring engine cannot run here (said in the start log). See the
+       * daemon's start (src/daemon/capture-plan.ts).
+       */
+      engine: z.enum(['ring', 'libpcap']).optional(),
+      /**
+       * Packet worker threads (ring engine): each reads every interface through
+       * a PACKET_FANOUT_HASH group, so a flow stays on one worker. Absent: one per
+       * core, at most the interfaces' RX queues (a veth has one).
+       */
+      workers: z.number().int().min(1).max(256).optional(),
+      /** Kernel ring per interface, bytes (ring engine: split between the workers). Default 128 MiB: cap's slots are 64 KiB each (snaplen 65535). */
       ringBytes: z.number().int().min(1 << 20).max(1 << 30).default(128 << 20),
-      /** BPF filter applied in the kernel; empty: every frame. */
+      /** Ring engine: bytes per ring slot; a longer frame is counted as truncated and never forwarded cut. Default 2048 (MTU 1500 with VLAN tags). */
+      slotBytes: z.number().int().min(256).max(65536).default(2048),
+      /** Ring engine: most frames handed to a worker at once (a lone frame is never held back to fill one). */
+      batchMax: z.number().int().min(1).max(1024).default(64),
+      /** BPF filter applied in the kernel (libpcap engine only); empty: every frame. */
       filter: z.string().default(''),
     })
-    .default({ ringBytes: 128 << 20, filter: '' }),
+    .default({ ringBytes: 128 << 20, slotBytes: 2048, batchMax: 64, filter: '' }),
   metrics: z
     .strictObject({
       /** Address of the Prometheus and health endpoints; loopback by default. */
@@ -264,6 +282,14 @@ export function validateDaemonConfig(raw: unknown, file = '<config>'): DaemonCon
     if (given.judge === 'inbound') {
       throw new MoatError('CONFIG_INVALID', `${file}: judge: "inbound" is for inline mode; monitor mode judges every frame it sees, in both directions (a mirror port does not say which side a frame came from): remove judge or give "both"`, { file, pointer: '/judge' });
     }
+  }
+  const cap = c.capture;
+  if (cap.filter !== '' && cap.engine === 'ring') {
+    throw new MoatError('CONFIG_INVALID', `${file}: capture.engine: the ring engine takes no BPF filter; give "engine": "libpcap" with capture.filter, or remove the filter`, { file, pointer: '/capture/engine' });
+  }
+  const libpcap = cap.engine === 'libpcap' || (cap.engine === undefined && cap.filter !== '');
+  if (libpcap && cap.workers !== undefined) {
+    throw new MoatError('CONFIG_INVALID', `${file}: capture.workers: packet workers are the ring engine's; the libpcap engine${cap.engine === undefined ? ' (chosen for capture.filter)' : ''} reads on the main thread: remove workers`, { file, pointer: '/capture/workers' });
   }
   if (c.controlPlane !== undefined) {
     const both = ['rules', 'lists'].filter((k) => given[k] !== undefined);

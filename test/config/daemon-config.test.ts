@@ -38,6 +38,22 @@ describe('the daemon configuration', () => {
     expect(Object.isFrozen(c.capture)).toBe(true);
   });
 
+  it('takes capture.engine, workers, slotBytes and batchMax, with the ring defaults, and refuses a filter with the ring engine or workers with libpcap (5002 with the pointer)', () => {
+    const c = validateDaemonConfig({ ...minimal, capture: { engine: 'ring', workers: 2 } });
+    expect([c.capture.engine, c.capture.workers, c.capture.slotBytes, c.capture.batchMax]).toEqual(['ring', 2, 2048, 64]);
+    expect(validateDaemonConfig(minimal).capture.engine).toBeUndefined();
+    const f = error(() => validateDaemonConfig({ ...minimal, capture: { engine: 'ring', filter: 'tcp' } }, 'd.jsonc'));
+    expect([f.code, f.pointer]).toEqual([5002, '/capture/engine']);
+    expect(f.message).toContain('"engine": "libpcap"');
+    const w = error(() => validateDaemonConfig({ ...minimal, capture: { engine: 'libpcap', workers: 2 } }, 'd.jsonc'));
+    expect([w.code, w.pointer]).toEqual([5002, '/capture/workers']);
+    // A filter alone chooses libpcap, so workers beside it are refused too.
+    const fw = error(() => validateDaemonConfig({ ...minimal, capture: { filter: 'tcp', workers: 2 } }, 'd.jsonc'));
+    expect(fw.message).toContain('chosen for capture.filter');
+    expect(error(() => validateDaemonConfig({ ...minimal, capture: { workers: 0 } })).pointer).toBe('/capture/workers');
+    expect(error(() => validateDaemonConfig({ ...minimal, capture: { engine: 'pf_ring' } })).pointer).toBe('/capture/engine');
+  });
+
   it('ships an example ruleset that compiles', () => {
     const rs = parseRuleset(readFileSync(join(ROOT, 'config/rules/account-entrypoint.json'), 'utf8'));
     expect(compileBundle({ account: rs }).rules.length).toBe(4);

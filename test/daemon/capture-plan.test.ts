@@ -1,0 +1,55 @@
+// The daemon's choice of capture engine and packet workers, from its
+// configuration and what the host offers (ring engine usable or not, cores,
+// RX queues), with what the start log says about it.
+import { describe, expect, it } from 'vitest';
+import { validateDaemonConfig } from '../../src/config/index.js';
+import { capturePlan, rxQueues, type CaptureHost } from '../../src/daemon/index.js';
+import { MoatError } from '../../src/errors/index.js';
+
+const inline = (capture: Record<string, unknown> = {}) => validateDaemonConfig({ mode: 'inline', interfaces: ['ga', 'gb'], rules: { account: 'a.json' }, capture });
+const host = (over: Partial<CaptureHost> = {}): CaptureHost => ({ ringProblem: undefined, cores: 8, rxQueues: () => 4, ...over });
+
+describe('the capture plan', () => {
+  it('defaults to the ring engine with one worker per core, at most the fewest RX queues of the interfaces', () => {
+    expect(capturePlan(inline(), host({ cores: 2 }))).toMatchObject({ engine: 'ring', workers: 2, warnings: [] });
+    const veth = capturePlan(inline(), host({ rxQueues: (i) => (i === 'gb' ? 1 : 4) }));
+    expect(veth.workers).toBe(1);
+    expect(veth.notes.join(' ')).toContain('gb has 1 RX queue');
+  });
+
+  it('takes capture.workers as given, saying when it exceeds the RX queues', () => {
+    const p = capturePlan(inline({ workers: 3 }), host({ rxQueues: () => 1 }));
+    expect(p.workers).toBe(3);
+    expect(p.notes.join(' ')).toContain('3 packet workers (capture.workers) for 1 RX queue');
+  });
+
+  it('chooses libpcap for a filter and says why; an explicit libpcap has no workers', () => {
+    const f = capturePlan(inline({ filter: 'tcp' }), host());
+    expect([f.engine, f.workers]).toEqual(['libpcap', 0]);
+    expect(f.notes.join(' ')).toContain('chosen for capture.filter');
+    expect(capturePlan(inline({ engine: 'libpcap' }), host()).engine).toBe('libpcap');
+  });
+
+  it('falls back to libpcap with a warning when the defaulted ring engine cannot run, and refuses an explicit ring with the reason (5012)', () => {
+    const why = 'PACKET_IGNORE_OUTGOING needs Linux >= 4.20';
+    const p = capturePlan(inline(), host({ ringProblem: why }));
+    expect(p.engine).toBe('libpcap');
+    expect(p.warnings[0]).toContain(why);
+    let err: unknown;
+    try {
+      capturePlan(inline({ engine: 'ring' }), host({ ringProblem: why }), 'd.jsonc');
+    } catch (e) {
+      err = e;
+    }
+    expect(err).toBeInstanceOf(MoatError);
+    expect((err as MoatError).code).toBe(5012);
+    expect((err as MoatError).message).toContain(why);
+    expect((err as MoatError).message).toContain('"engine": "libpcap"');
+    expect((err as MoatError).pointer).toBe('/capture/engine');
+  });
+
+  it('reads RX queues from /sys (the loopback has one), and nothing for a missing interface', () => {
+    expect(rxQueues('lo')).toBe(1);
+    expect(rxQueues('no-such-if0')).toBeUndefined();
+  });
+});
