@@ -55,6 +55,7 @@ import { fileURLToPath } from 'node:url';
 import { ringEngineAvailable } from '../src/capture/index.js';
 import { exec, ip, nodeIn, spawnIn, type GatewayTopology, type NsProcess } from '../test/support/netns.js';
 import { buildFrame } from '../test/support/packet-builder.js';
+import { DELIVERED_MIN, GENERATOR_MIN, aimText, kernelBridgeUs, percentile, rateWithoutLoss, rungOutcome, type Rung } from './inline-figures.js';
 import {
   BENCH_RULES,
   REPO,
@@ -84,10 +85,6 @@ import {
 const PORT_MODULE = JSON.stringify(join(REPO, 'dist/src/capture/ring-port.js'));
 /** B's UDP port for the ladder's frames: a socket bound there never reads. */
 const SINK_PORT = 9;
-/** A rung holds when at least this share of what was sent reached B. */
-const DELIVERED_MIN = 0.999;
-/** ... and the generator sent at least this share of the target. */
-const GENERATOR_MIN = 0.98;
 
 // ---------------------------------------------------------------------------------
 // Traffic: a ring-port sender in A, a sink in B
@@ -160,17 +157,6 @@ interface PathSpec {
   workers?: number;
 }
 
-interface Rung {
-  pps: number;
-  sent: number;
-  atB: number;
-  senderCpu: number;
-  daemonCpu: number;
-  forwarded: number;
-  ringDrops: number;
-  outcome: 'ok' | 'loss' | 'short';
-}
-
 interface PathRecord {
   spec: PathSpec;
   rtts: number[];
@@ -223,7 +209,7 @@ async function rung(topo: GatewayTopology, sender: Sender, pps: number, seconds:
     daemonCpu = d1.cpu - d0.cpu;
     forwarded = d1.forwarded - d0.forwarded;
   }
-  const outcome = s.sent < GENERATOR_MIN * pps * seconds ? 'short' : atB < DELIVERED_MIN * s.sent || ringDrops > 0 ? 'loss' : 'ok';
+  const outcome = rungOutcome(pps, seconds, s.sent, atB, ringDrops);
   return { pps, sent: s.sent, atB, senderCpu: s.cpu, daemonCpu, forwarded, ringDrops, outcome };
 }
 
@@ -277,28 +263,6 @@ interface Options {
 // Figures
 
 const kpps = (x: number): string => (Number.isFinite(x) ? `${(x / 1000).toFixed(1)}k` : '-');
-const pct = (xs: number[], p: number): number => {
-  if (xs.length === 0) return NaN;
-  const s = [...xs].sort((a, b) => a - b);
-  return s[Math.min(s.length - 1, Math.ceil((p / 100) * s.length) - 1)]!;
-};
-
-/** The highest rung held in every round, and what stopped the climb in the round that stopped lowest. */
-function rateWithoutLoss(rec: PathRecord, rates: number[]): { pps: number; stop: string } {
-  let best = Infinity;
-  let stop = '';
-  for (const ladder of rec.ladders) {
-    const held = ladder.filter((r) => r.outcome === 'ok').map((r) => r.pps);
-    const top = held.length === 0 ? 0 : Math.max(...held);
-    const failed = ladder.find((r) => r.outcome !== 'ok');
-    if (top < best) {
-      best = top;
-      stop = failed === undefined ? `top of the ladder (${kpps(rates[rates.length - 1]!)})` : failed.outcome === 'short' ? `generator short at ${kpps(failed.pps)}` : `loss at ${kpps(failed.pps)}`;
-    }
-  }
-  return { pps: best === Infinity ? NaN : best, stop };
-}
-
 /** The rungs at `pps` over the rounds, summed. */
 function atRate(rec: PathRecord, pps: number): { sent: number; senderCpu: number; daemonCpu: number; forwarded: number } | undefined {
   const rs = rec.ladders.flatMap((l) => l.filter((r) => r.pps === pps));
@@ -309,12 +273,6 @@ function atRate(rec: PathRecord, pps: number): { sent: number; senderCpu: number
     daemonCpu: rs.reduce((s, r) => s + r.daemonCpu, 0),
     forwarded: rs.reduce((s, r) => s + r.forwarded, 0),
   };
-}
-
-function verdict(ratio: number, aim: number, atLeast: boolean): string {
-  if (!Number.isFinite(ratio)) return '';
-  const met = atLeast ? ratio >= aim : ratio <= aim;
-  return `${ratio.toFixed(2)}x (aim ${atLeast ? '>=' : '<='} ${aim}x: ${met ? 'met' : 'NOT met'})`;
 }
 
 // ---------------------------------------------------------------------------------
@@ -477,7 +435,7 @@ function printReport(records: PathRecord[], o: Options, offloads: string[], note
   };
   const daemonSenders = daemons.map(senderUs).filter(Number.isFinite);
   const baseSender = daemonSenders.reduce((s, x) => s + x, 0) / daemonSenders.length;
-  const kernelUs = kernel === undefined ? NaN : senderUs(kernel) - baseSender;
+  const kernelUs = kernel === undefined ? NaN : kernelBridgeUs(senderUs(kernel), daemonSenders);
   const cpuUs = (rec: PathRecord): number => {
     if (rec.spec.key === 'kernel') return kernelUs;
     const a = atRate(rec, o.cpuPps);
@@ -489,28 +447,28 @@ function printReport(records: PathRecord[], o: Options, offloads: string[], note
   );
 
   // The summary: every figure beside its reference.
-  const kRate = kernel ? rateWithoutLoss(kernel, o.rates) : { pps: NaN, stop: '' };
+  const kRate = kernel ? rateWithoutLoss(kernel.ladders, o.rates) : { pps: NaN, stop: '' };
   const kTcp = kernel ? mean(kernel.tcp.map((t) => t.mbps)) : NaN;
-  const kP50 = kernel ? pct(kernel.rtts, 50) : NaN;
-  const kP99 = kernel ? pct(kernel.rtts, 99) : NaN;
+  const kP50 = kernel ? percentile(kernel.rtts, 50) : NaN;
+  const kP99 = kernel ? percentile(kernel.rtts, 99) : NaN;
   console.log(`\nSummary (ratios to the kernel bridge in this run; TCP ${o.tcpSecondsPerVisit * o.rounds} s per path, pings ${o.pingsPerVisit * o.rounds} per path at 10 ms)`);
   for (const rec of records) {
     const isK = rec.spec.key === 'kernel';
-    const r = rateWithoutLoss(rec, o.rates);
+    const r = rateWithoutLoss(rec.ladders, o.rates);
     const cpu = cpuUs(rec);
     const tcp = mean(rec.tcp.map((t) => t.mbps));
-    const p50 = pct(rec.rtts, 50);
-    const p99 = pct(rec.rtts, 99);
+    const p50 = percentile(rec.rtts, 50);
+    const p99 = percentile(rec.rtts, 99);
     const max = rec.rtts.length > 0 ? Math.max(...rec.rtts) : NaN;
     const lost = rec.pingsSent - rec.rtts.length;
     console.log(`  ${rec.spec.label}`);
-    console.log(`    64-byte rate without loss  ${kpps(r.pps).padStart(7)} pps  (${r.stop})${isK ? '  reference' : `  vs ${kpps(kRate.pps)}: ${verdict(r.pps / kRate.pps, 0.8, true)}`}`);
-    console.log(`    CPU per 64-byte frame      ${f2(cpu).padStart(7)} us  at ${kpps(o.cpuPps)} pps${isK ? '  reference (sender difference, above)' : `  vs ${f2(kernelUs)}: ${verdict(cpu / kernelUs, 1.25, false)}`}`);
+    console.log(`    64-byte rate without loss  ${kpps(r.pps).padStart(7)} pps  (${r.stop})${isK ? '  reference' : `  vs ${kpps(kRate.pps)}: ${aimText(r.pps / kRate.pps, 0.8, true)}`}`);
+    console.log(`    CPU per 64-byte frame      ${f2(cpu).padStart(7)} us  at ${kpps(o.cpuPps)} pps${isK ? '  reference (sender difference, above)' : `  vs ${f2(kernelUs)}: ${aimText(cpu / kernelUs, 1.25, false)}`}`);
     const tcpCpu = rec.tcp.reduce((s, t) => s + t.cpu, 0);
     const tcpFwd = rec.tcp.reduce((s, t) => s + t.forwarded, 0);
     console.log(
       `    TCP                        ${f0(tcp).padStart(7)} Mbit/s  (${rec.tcp.map((t) => f0(t.mbps)).join(', ')}; ${rec.tcp.reduce((s, t) => s + t.retransmits, 0)} retr)` +
-        `${isK ? '  reference' : `  vs ${f0(kTcp)}: ${verdict(tcp / kTcp, 0.8, true)}; daemon ${f2((tcpCpu * 1e6) / tcpFwd)} us per forwarded frame`}`,
+        `${isK ? '  reference' : `  vs ${f0(kTcp)}: ${aimText(tcp / kTcp, 0.8, true)}; daemon ${f2((tcpCpu * 1e6) / tcpFwd)} us per forwarded frame`}`,
     );
     console.log(
       `    ping RTT p50/p99/max       ${f0(p50)} / ${f0(p99)} / ${f0(max)} us  (${lost} of ${rec.pingsSent} lost)` +
