@@ -8,12 +8,15 @@
 
 import { createServer, type Server } from 'node:http';
 import type { Logger } from 'pino';
-import type { FrameSource } from '../capture/index.js';
+import { ringEngineAvailable, type FrameSource, type SourceStats } from '../capture/index.js';
 import { loadDaemonConfig, type DaemonConfig } from '../config/index.js';
-import { BundleError, BundleLoader, FrameInspector, PacketPath, PathCounters, type Evaluator, type LoadedBundle } from '../engine/index.js';
-import { ERRORS, MoatError } from '../errors/index.js';
+import { BundleError, BundleLoader, FrameInspector, PacketPath, PathCounters, type CompiledRule, type Evaluator, type LoadedBundle, type TransferredBundle } from '../engine/index.js';
+import { ERRORS, MoatError, type ErrorName } from '../errors/index.js';
 import { bundleSourceFor, type BundleLoading, type BundleSource, type ReloadOutcome } from './bundle-source.js';
+import { capturePlan, liveCaptureHost, type CaptureHost, type CapturePlan } from './capture-plan.js';
 import { DropRecorder } from './drop-recorder.js';
+import type { FromWorker, OpenerRef, PortSpec } from './packet-worker-layout.js';
+import { PacketWorkers, ringPortOpener, type PortTotals } from './packet-workers.js';
 import { loaderWorkerAvailable, WorkerLoading } from './worker-loading.js';
 import { daemonMetrics } from './metrics.js';
 
@@ -32,8 +35,8 @@ export interface Port {
   readonly source: FrameSource;
   /** Totals across bundle swaps. */
   readonly counters: PathCounters;
-  /** The packet path of the running bundle; replaced whole on a swap. */
-  path: PacketPath;
+  /** The packet path of the running bundle; replaced whole on a swap. Null with the ring engine (the paths are the packet workers'). */
+  path: PacketPath | null;
   /** The port frames that pass are sent out of (inline mode). */
   peer: Port | null;
   /** Inline: the side of the bridge the port faces (frames arriving on it come from there); monitor: 'mirror'. */
@@ -55,6 +58,31 @@ export const RESTART_ONLY = ['mode', 'interfaces', 'judge', 'capture', 'metrics'
 
 /** Longest slice of a bundle's warm-up between two turns of the event loop (see Daemon.warmedPaths). */
 const WARM_SLICE_MS = 1;
+
+/** Most drop samples a packet worker copies to the main thread per second, for the drop log alone, and with a drop capture. */
+export const DROP_SAMPLES_PER_WORKER = { log: 100, capture: 1000 } as const;
+
+/** Ring engine: frames, drops and link state of a port, summed over the packet workers; and each worker's frames. */
+export interface RingStats {
+  readonly ports: readonly PortTotals[];
+  readonly workers: ReadonlyArray<{ readonly frames: number; readonly restarts: number }>;
+}
+
+/** A port of the ring engine as the main thread sees it: counters only (the packet workers read and send). */
+class WorkerPortView implements FrameSource {
+  readonly linkType = 1; // AF_PACKET delivers Ethernet frames
+  totals: PortTotals | undefined;
+  constructor(readonly iface: string) {}
+  onPacket(): void {}
+  send(): boolean {
+    return false;
+  }
+  stop(): void {}
+  get stats(): SourceStats {
+    const t = this.totals;
+    return { packets: t?.packets ?? 0, bytes: t?.bytes ?? 0, sent: t?.sent ?? 0, sendErrors: t?.sendErrors ?? 0, lastSendError: undefined };
+  }
+}
 
 /** What the daemon is doing. */
 export type DaemonState = 'starting' | 'running' | 'stopping' | 'stopped';
@@ -94,6 +122,14 @@ export class Daemon {
   private queuedReload: Promise<ReloadOutcome> | undefined;
   /** Decodes a dropped packet for its log line (the packet path decodes only what the rules read). */
   private readonly inspector = new FrameInspector();
+  /** The capture engine and workers this daemon runs (set by start). */
+  plan: CapturePlan | undefined;
+  /** Ring engine: the packet workers, the rules of each generation they judged with (for drop lines and rule hits), each worker's last rule hits. */
+  private workers: PacketWorkers | undefined;
+  private readonly genRules = new Map<number, readonly CompiledRule[]>();
+  private readonly workerHits = new Map<number, { gen: number; hits: Float64Array }>();
+  /** Ring engine: per port, the workers whose port's link is down. */
+  private readonly linkDown = new Map<number, Set<number>>();
 
   /**
    * `bundles`: where bundles come from; by default the source the configuration names (bundleSourceFor).
@@ -109,7 +145,18 @@ export class Daemon {
     private readonly log: Logger,
     private readonly openSource: SourceOpener,
     bundles?: BundleSource,
-    private readonly options: { configFile?: string | undefined; override?: Partial<DaemonConfig> | undefined; loader?: 'worker' | 'in-thread' | undefined } = {},
+    private readonly options: {
+      configFile?: string | undefined;
+      override?: Partial<DaemonConfig> | undefined;
+      loader?: 'worker' | 'in-thread' | undefined;
+      /**
+       * Lets the daemon run the ring engine (capture.engine, packet workers) as
+       * `moat daemon` does; without it every port is opened with `openSource`
+       * whatever the configuration says (tests and benchmarks with in-memory sources).
+       * `host`: what the host offers (capture-plan.ts); `opener`: the workers' port opener (default openRingPort).
+       */
+      ring?: { host?: CaptureHost | undefined; opener?: OpenerRef | undefined } | undefined;
+    } = {},
   ) {
     this.bundles = bundles ?? bundleSourceFor(config, options.configFile);
     const kind = options.loader ?? (loaderWorkerAvailable() ? 'worker' : 'in-thread');
@@ -127,15 +174,30 @@ export class Daemon {
   /** Loads the bundle, opens the captures, starts metrics and the bundle source. Throws on a bad start. */
   async start(): Promise<void> {
     const c = this.config;
-    const bundle = await this.load(); // throws: a daemon does not start without a valid bundle
-    const sources = c.interfaces.map((name) => this.openSource(name, { ringBytes: c.capture.ringBytes, filter: c.capture.filter }));
-    this.ports = sources.map((source, i) => {
-      const counters = new PathCounters();
-      // The configuration lists the outside port first (see DaemonConfig.interfaces).
-      const side = c.mode === 'monitor' ? 'mirror' : i === 0 ? 'outside' : 'inside';
-      const judged = side !== 'inside' || c.judge === 'both';
-      return { name: source.iface, source, counters, path: this.pathFor(bundle, counters, false), peer: null, side, judged, passedUnjudged: 0, passedUnjudgedBytes: 0, checksumCountdown: this.sampleEvery(), checksumSampled: 0, badChecksums: 0 };
-    });
+    const plan = this.options.ring === undefined ? { engine: 'libpcap' as const, workers: 0, notes: [], warnings: [] } : capturePlan(c, this.options.ring.host ?? liveCaptureHost(ringEngineAvailable), this.options.configFile);
+    this.plan = plan;
+    for (const w of plan.warnings) this.log.warn({ engine: plan.engine }, w);
+    if (plan.notes.length > 0) this.log.info({ engine: plan.engine, workers: plan.workers }, plan.notes.join('; '));
+    // The configuration lists the outside port first (see DaemonConfig.interfaces).
+    const sideOf = (i: number): Port['side'] => (c.mode === 'monitor' ? 'mirror' : i === 0 ? 'outside' : 'inside');
+    const portOf = (source: FrameSource, i: number, path: PacketPath | null, counters: PathCounters): Port => {
+      const side = sideOf(i);
+      return { name: source.iface, source, counters, path, peer: null, side, judged: side !== 'inside' || c.judge === 'both', passedUnjudged: 0, passedUnjudgedBytes: 0, checksumCountdown: this.sampleEvery(), checksumSampled: 0, badChecksums: 0 };
+    };
+    let bundle: LoadedBundle | TransferredBundle;
+    if (plan.engine === 'ring') {
+      bundle = await this.loadRing(); // throws: a daemon does not start without a valid bundle
+      this.ports = c.interfaces.map((name, i) => portOf(new WorkerPortView(name), i, null, new PathCounters()));
+      await this.startWorkers(bundle, plan.workers);
+    } else {
+      const loaded = await this.load(); // throws: a daemon does not start without a valid bundle
+      bundle = loaded;
+      const sources = c.interfaces.map((name) => this.openSource(name, { ringBytes: c.capture.ringBytes, filter: c.capture.filter }));
+      this.ports = sources.map((source, i) => {
+        const counters = new PathCounters();
+        return portOf(source, i, this.pathFor(loaded, counters, false), counters);
+      });
+    }
     if (c.mode === 'inline') {
       this.ports[0]!.peer = this.ports[1]!;
       this.ports[1]!.peer = this.ports[0]!;
@@ -154,15 +216,16 @@ export class Daemon {
     }
     this.swapIn(bundle, 'start');
     this.awaitingBundle = this.bundles.status?.().bundle === 'none';
+    // Ring engine: the workers were started holding (see startWorkers).
     if (this.awaitingBundle) {
       const what = c.mode === 'monitor' ? 'judging nothing' : c.failOpen ? 'forwarding everything unjudged (failOpen)' : 'forwarding nothing (failOpen is false)';
       this.log.warn({ mode: c.mode, failOpen: c.failOpen }, `no bundle yet (none cached): ${what} until the control plane sends one`);
     }
-    for (const port of this.ports) port.source.onPacket(this.handler(port));
+    if (this.workers === undefined) for (const port of this.ports) port.source.onPacket(this.handler(port));
     if (c.metrics.enabled) await this.listen();
     this.bundles.start((reason) => this.reload(reason), this.log, { counters: () => this.totals() });
     this.state = 'running';
-    this.log.info({ mode: c.mode, interfaces: c.interfaces, ...(c.mode === 'inline' ? { outside: c.interfaces[0], inside: c.interfaces[1], judge: c.judge } : {}), version: this.version, bundles: this.bundles.name, metrics: c.metrics.enabled ? c.metrics.listen : null }, 'daemon running');
+    this.log.info({ mode: c.mode, engine: plan.engine, ...(plan.engine === 'ring' ? { workers: plan.workers } : {}), interfaces: c.interfaces, ...(c.mode === 'inline' ? { outside: c.interfaces[0], inside: c.interfaces[1], judge: c.judge } : {}), version: this.version, bundles: this.bundles.name, metrics: c.metrics.enabled ? c.metrics.listen : null }, 'daemon running');
   }
 
   /** Installs SIGTERM/SIGINT handlers that stop the daemon and end the process. */
@@ -200,7 +263,7 @@ export class Daemon {
       }
       let drop: boolean;
       try {
-        drop = port.path.process(frame, 0, length, length, linkType);
+        drop = port.path!.process(frame, 0, length, length, linkType);
       } catch (err) {
         this.packetErrors++;
         if (this.packetErrors <= 10 || this.packetErrors % 10000 === 0) {
@@ -210,7 +273,10 @@ export class Daemon {
       }
       if (drop) {
         if (this.recorder !== undefined) this.recordDrop(frame, length);
-        if (this.config.log.drops) this.logDrop(port, frame, length);
+        if (this.config.log.drops) {
+          const p = port.path!;
+          this.logDrop(port, frame, length, p.lastRule >= 0 ? p.evaluator.rules[p.lastRule] : undefined, p.lastRule);
+        }
       } else if (port.peer !== null) {
         if (--port.checksumCountdown <= 0) this.sampleChecksum(port, frame, length);
         port.peer.source.send(frame, length);
@@ -245,7 +311,7 @@ export class Daemon {
     }
   }
 
-  private recordDrop(frame: Buffer, length: number): void {
+  private recordDrop(frame: Uint8Array, length: number): void {
     try {
       this.recorder!.write(frame, length, BigInt(Date.now()) * 1_000_000n);
     } catch (err) {
@@ -257,22 +323,20 @@ export class Daemon {
   // A line per dropped packet (at most 100 a second): the packet (addresses,
   // protocol, ports, the interface it came in on and, inline, the one it was
   // not sent out of) and the rule. In monitor mode nothing is dropped: "would drop".
-  private logDrop(port: Port, frame: Buffer, length: number): void {
+  private logDrop(port: Port, frame: Uint8Array, length: number, rule: CompiledRule | undefined, lastRule: number): void {
     const now = Math.floor(Date.now() / 1000);
     if (now !== this.dropLogWindow) {
       this.dropLogWindow = now;
       this.dropLogCount = 0;
     }
     if (++this.dropLogCount > 100) return;
-    const p = port.path;
-    const rule = p.lastRule >= 0 ? p.evaluator.rules[p.lastRule] : undefined;
     const ruleId = rule === undefined ? null : (rule.rule.id ?? `${rule.level}#${rule.index}`);
     const description = rule?.rule.description?.trim() || undefined;
     const pkt = this.inspector.describe(frame, length, port.source.linkType);
     const verb = this.config.mode === 'monitor' ? 'would drop' : 'dropped';
     const where = (addr: string, port?: number) => (port === undefined ? addr : addr.includes(':') ? `[${addr}]:${port}` : `${addr}:${port}`);
     const what = pkt === undefined ? 'a frame' : `${pkt.protocol} ${where(pkt.src, pkt.srcPort)} -> ${where(pkt.dst, pkt.dstPort)}`;
-    const why = rule === undefined ? (p.lastRule === -1 ? 'by policy (undecodable or evaluation error)' : '') : `by rule ${ruleId}${description === undefined ? '' : ` "${description}"`}`;
+    const why = rule === undefined ? (lastRule === -1 ? 'by policy (undecodable or evaluation error)' : '') : `by rule ${ruleId}${description === undefined ? '' : ` "${description}"`}`;
     this.log.info(
       {
         action: verb === 'dropped' ? 'drop' : 'would_drop',
@@ -322,8 +386,149 @@ export class Daemon {
     return this.bundles.load(this.loading);
   }
 
+  /**
+   * Ring engine: the source's bundle as the loader worker sent it (its table
+   * not made here: the packet workers share it). The sources read a loaded
+   * bundle's digest only (the channel keeps what it loaded by digest), so
+   * they are given the transferred bundle's digest, rulesets and flags.
+   */
+  private async loadRing(): Promise<TransferredBundle> {
+    if (!(this.loading instanceof WorkerLoading)) throw new MoatError('PACKET_WORKER_FAILED', 'the ring engine loads bundles in the loader worker, which is not built (running from the TypeScript sources: npm run build)');
+    const loading = this.loading;
+    let got: TransferredBundle | undefined;
+    await this.bundles.load({
+      load: async (files) => {
+        got = await loading.loadTransferred(files);
+        return { digest: got.digest, rulesets: got.rulesets, tableReused: got.tableReused, missing: [] } as unknown as LoadedBundle;
+      },
+    });
+    return got!;
+  }
+
+  /**
+   * Ring engine: N packet workers, each opening every port in the same order,
+   * port i joining PACKET_FANOUT_HASH group (pid-derived base + i): the kernel
+   * hashes a flow's addresses and ports symmetrically (skb flow dissector,
+   * sorted before hashing), so both directions of a flow land on the same
+   * index in each port's group, the same worker. Inline: ports peered, the
+   * inside port judged only with judge "both"; monitor: judge only.
+   */
+  private async startWorkers(bundle: TransferredBundle, n: number): Promise<void> {
+    const c = this.config;
+    // Fanout ids are per network namespace, 16 bits: distinct per daemon (pid) and port.
+    const base = (process.pid * 8) & 0xffff;
+    const specs: PortSpec[] = this.ports.map((port, i) => ({
+      iface: port.name,
+      judge: port.judged,
+      peer: c.mode === 'inline' ? 1 - i : null,
+      options: { ringBytes: Math.max(1 << 20, Math.floor(c.capture.ringBytes / n)), slotBytes: c.capture.slotBytes, batchMax: c.capture.batchMax, fanoutGroup: (base + i) & 0xffff },
+    }));
+    const awaiting = this.bundles.status?.().bundle === 'none';
+    this.keepRules(1, bundle.rules);
+    this.workers = await PacketWorkers.start({
+      workers: n,
+      ports: specs,
+      opener: this.options.ring?.opener ?? ringPortOpener(),
+      bundle,
+      paths: { colo: c.colo, undecodable: c.undecodable },
+      samples: { drops: c.dropCapture === undefined ? DROP_SAMPLES_PER_WORKER.log : DROP_SAMPLES_PER_WORKER.capture, checksumEvery: c.mode === 'inline' ? c.checksumSample : 0 },
+      onEvent: (w, m) => this.onWorkerEvent(w, m),
+      hold: awaiting ? (c.mode === 'inline' && c.failOpen ? 'pass' : 'drop') : undefined,
+      log: this.log,
+    });
+  }
+
+  private keepRules(gen: number, rules: readonly CompiledRule[]): void {
+    this.genRules.set(gen, rules);
+    // A drop sample names the generation it was judged by: the last few are enough.
+    for (const g of this.genRules.keys()) if (g < gen - 4) this.genRules.delete(g);
+  }
+
+  // What a packet worker reports besides its counters.
+  private onWorkerEvent(w: number, m: Extract<FromWorker, { type: 'drop' | 'bad-checksum' | 'link' | 'hits' }>): void {
+    if (m.type === 'hits') {
+      this.workerHits.set(w, { gen: m.gen, hits: m.hits });
+      return;
+    }
+    if (m.type === 'link') {
+      this.onLink(w, m.port, m.state, m.reason);
+      return;
+    }
+    const port = this.ports[m.port];
+    if (port === undefined) return;
+    const frame = Buffer.from(m.frame.buffer, m.frame.byteOffset, m.frame.byteLength);
+    if (m.type === 'drop') {
+      if (this.recorder !== undefined) this.recordDrop(frame, frame.length);
+      if (this.config.log.drops) this.logDrop(port, frame, frame.length, m.rule >= 0 ? this.genRules.get(m.gen)?.[m.rule] : undefined, m.rule);
+    } else if (m.type === 'bad-checksum') {
+      const now = Date.now();
+      if (now - this.badChecksumLoggedAt < 60_000) return;
+      this.badChecksumLoggedAt = now;
+      this.refresh();
+      const pkt = this.inspector.describe(frame, frame.length, port.source.linkType);
+      this.log.warn(
+        { interface: port.name, direction: `${port.name} -> ${port.peer?.name ?? '-'}`, ...(pkt ?? {}), sampled: port.checksumSampled, bad: port.badChecksums, worker: w },
+        `forwarded a frame with a bad ${pkt?.protocol ?? 'TCP/UDP'} checksum (sampled 1 in ${this.config.checksumSample}): an end host with transmit checksum offload on a veth (ethtool -K IF tx off on it), or damage on the wire; the receiver drops such frames`,
+      );
+    }
+  }
+
+  // A link change as one worker's port saw it, said once per port (every worker's port on it sees it).
+  private onLink(w: number, p: number, state: 'up' | 'down', reason: string): void {
+    const port = this.ports[p];
+    if (port === undefined) return;
+    const down = this.linkDown.get(p) ?? new Set<number>();
+    this.linkDown.set(p, down);
+    const was = down.size > 0;
+    if (state === 'down') down.add(w);
+    else down.delete(w);
+    if (!was && down.size > 0) this.log.warn({ interface: port.name, reason }, `link down on ${port.name} (${reason}): nothing is read or forwarded there; the daemon keeps running and resumes when the link returns`);
+    else if (was && down.size === 0) this.log.info({ interface: port.name }, `link up on ${port.name}: reading and forwarding again`);
+  }
+
+  /** Ring engine: reads the packet workers' shared counters into the ports (what /metrics, /health and the heartbeats report). */
+  private refresh(): void {
+    if (this.workers === undefined) return;
+    const c = this.workers.counters();
+    this.unjudged = c.workers.reduce((a, w) => a + w.held, 0);
+    this.ports.forEach((port, i) => {
+      const t = c.ports[i]!;
+      port.counters.v.set(t.path.v);
+      (port.source as WorkerPortView).totals = t.stats;
+      port.passedUnjudged = t.stats.unjudged;
+      // An unjudged port's frames are all passed unjudged: its captured bytes (the workers count frames only).
+      port.passedUnjudgedBytes = port.judged ? 0 : t.stats.bytes;
+      port.checksumSampled = t.stats.checksumSampled;
+      port.badChecksums = t.stats.badChecksums;
+    });
+  }
+
+  /** Ring engine: per port ring drops, truncated frames and link state, and each worker's frames (undefined with libpcap). */
+  ringStats(): RingStats | undefined {
+    if (this.workers === undefined) return undefined;
+    const c = this.workers.counters();
+    return { ports: c.ports.map((p) => p.stats), workers: c.workers.map((w) => ({ frames: w.frames, restarts: w.restarts })) };
+  }
+
+  /** Hits per rule of the running bundle: its evaluator's, or summed over the packet workers (which report them every 100 ms). */
+  ruleHits(): Array<{ rule: CompiledRule; packets: number; bytes: number }> {
+    const ev = this.evaluator;
+    if (this.workers === undefined) return ev === undefined ? [] : ev.rules.map((rule, i) => ({ rule, packets: ev.hitPackets[i]!, bytes: ev.hitBytes[i]! }));
+    const gen = this.workers.generation;
+    const rules = this.genRules.get(gen) ?? [];
+    const out = rules.map((rule) => ({ rule, packets: 0, bytes: 0 }));
+    for (const h of this.workerHits.values()) {
+      if (h.gen !== gen) continue;
+      for (let i = 0; i < out.length; i++) {
+        out[i]!.packets += h.hits[i] ?? 0;
+        out[i]!.bytes += h.hits[rules.length + i] ?? 0;
+      }
+    }
+    return out;
+  }
+
   // The version: the rulesets' own version fields and the digest of every input file.
-  private versionOf(bundle: LoadedBundle): string {
+  private versionOf(bundle: LoadedBundle | TransferredBundle): string {
     const versions = bundle.rulesets.map((r) => r.version ?? '-').join('/');
     return `${versions}@${bundle.digest.slice(0, 12)}`;
   }
@@ -333,19 +538,25 @@ export class Daemon {
   // One warm-up serves every port: the type feedback it gives belongs to the
   // bundle's generated code and to PacketPath's methods, which all ports share.
   // `paths`: the ports' paths, built and warmed up already (see warmedPaths).
-  private swapIn(bundle: LoadedBundle, reason: string, paths = this.ports.map((port, i) => this.pathFor(bundle, port.counters, i === 0))): void {
-    this.ports.forEach((port, i) => (port.path = paths[i]!));
-    this.evaluator = bundle.evaluator;
+  // With the ring engine (a TransferredBundle) the packet workers hold the paths and have swapped already: only what the main thread says and counts changes here.
+  private swapIn(bundle: LoadedBundle | TransferredBundle, reason: string, paths?: PacketPath[]): void {
+    if ('evaluator' in bundle) {
+      const ps = paths ?? this.ports.map((port, i) => this.pathFor(bundle, port.counters, i === 0));
+      this.ports.forEach((port, i) => (port.path = ps[i]!));
+      this.evaluator = bundle.evaluator;
+    }
     this.version = this.versionOf(bundle);
     // At start and at every reload: a rule that reads data not given never matches as written.
-    for (const e of bundle.missing) this.log.warn({ code: e.code, reason }, e.message);
+    for (const e of bundle.missing) this.log.warn({ code: e instanceof MoatError ? e.code : ERRORS[e.name as ErrorName].code, reason }, e.message);
     if (reason !== 'start') {
       if (this.awaitingBundle) {
         this.awaitingBundle = false;
+        this.workers?.hold(null);
         this.log.info({ version: this.version, unjudged: this.unjudged }, 'first bundle: judging traffic from now on');
       }
       this.swaps++;
-      this.log.info({ version: this.version, reason, rules: bundle.evaluator.rules.length, listsAndGeoIp: bundle.tableReused ? 'unchanged' : 'reloaded' }, 'ruleset swapped');
+      const rules = 'evaluator' in bundle ? bundle.evaluator.rules.length : bundle.rules.length;
+      this.log.info({ version: this.version, reason, rules, listsAndGeoIp: bundle.tableReused ? 'unchanged' : 'reloaded' }, 'ruleset swapped');
     }
   }
 
@@ -394,9 +605,9 @@ export class Daemon {
       this.log.error({ reason, err: err instanceof MoatError ? { code: err.code, message: err.message } : err, version: this.version }, 'reload rejected: the configuration file is invalid; the running configuration and ruleset stay');
       return { applied: false, errors: [errorOf(err)] };
     }
-    let bundle: LoadedBundle;
+    let bundle: LoadedBundle | TransferredBundle;
     try {
-      bundle = await this.load();
+      bundle = this.workers === undefined ? await this.load() : await this.loadRing();
     } catch (err) {
       if (next !== previous) this.bundles.reconfigure?.(previous);
       this.reloadFailures++;
@@ -404,7 +615,19 @@ export class Daemon {
       this.log.error({ reason, errors, err: err instanceof BundleError ? undefined : err instanceof MoatError ? { code: err.code, message: err.message } : err, version: this.version }, 'reload rejected; the running ruleset stays');
       return { applied: false, errors: errors ?? [errorOf(err)] };
     }
-    const paths = await this.warmedPaths(bundle, next);
+    let paths: PacketPath[] | undefined;
+    if ('evaluator' in bundle) paths = await this.warmedPaths(bundle, next);
+    else {
+      // Ring engine: every packet worker prepares the bundle, then all flip (packet-workers.ts); one that cannot rejects it for all.
+      const outcome = await this.workers!.swap(bundle);
+      if (!outcome.ok) {
+        if (next !== previous) this.bundles.reconfigure?.(previous);
+        this.reloadFailures++;
+        this.log.error({ reason, err: errorOf(outcome.error), worker: outcome.worker, version: this.version }, 'reload rejected; the running ruleset stays');
+        return { applied: false, errors: [errorOf(outcome.error)] };
+      }
+      this.keepRules(outcome.gen, bundle.rules);
+    }
     if (this.state !== 'running') return { applied: false, errors: [{ code: ERRORS.CONFIG_INVALID.code, message: `the daemon is ${this.state}` }] };
     if (next !== previous) {
       this.config = next;
@@ -434,6 +657,7 @@ export class Daemon {
     this.server = createServer((req, res) => {
       const url = req.url ?? '/';
       if (req.method === 'GET' && url === '/metrics') {
+        this.refresh();
         registry.metrics().then(
           (text) => {
             res.writeHead(200, { 'Content-Type': registry.contentType });
@@ -450,7 +674,10 @@ export class Daemon {
         const ok = this.state === 'running';
         res.writeHead(ok ? 200 : 503, { 'Content-Type': 'application/json' });
         const cp = this.bundles.status?.();
-        res.end(JSON.stringify({ status: ok ? 'ok' : this.state, mode: this.config.mode, version: this.version, uptimeSeconds: Math.round((Date.now() - this.startedAt) / 1000), interfaces: this.ports.map((p) => p.name), ...(cp === undefined ? {} : { controlPlane: cp }) }));
+        const ring = this.ringStats();
+        // Ring engine: a port's link, up while every worker's port on it receives.
+        const links = ring === undefined ? {} : { links: Object.fromEntries(this.ports.map((p, i) => [p.name, ring.ports[i]!.linkUp >= ring.workers.length ? 'up' : 'down'])) };
+        res.end(JSON.stringify({ status: ok ? 'ok' : this.state, mode: this.config.mode, engine: this.plan?.engine ?? 'libpcap', ...(ring === undefined ? {} : { workers: ring.workers.length }), version: this.version, uptimeSeconds: Math.round((Date.now() - this.startedAt) / 1000), interfaces: this.ports.map((p) => p.name), ...links, ...(cp === undefined ? {} : { controlPlane: cp }) }));
         return;
       }
       res.writeHead(404, { 'Content-Type': 'text/plain' });
@@ -468,6 +695,7 @@ export class Daemon {
 
   /** Totals since start, summed over ports: what the daemon reports with its heartbeats. */
   totals(): { passed: number; dropped: number; undecodable: number; swaps: number } {
+    this.refresh();
     const t = { passed: 0, dropped: 0, undecodable: 0, swaps: this.swaps };
     for (const p of this.ports) {
       t.passed += p.counters.passed;
@@ -488,6 +716,10 @@ export class Daemon {
     if (this.state === 'stopped' || this.state === 'stopping') return;
     this.state = 'stopping';
     for (const p of this.ports) p.source.stop();
+    if (this.workers !== undefined) {
+      await this.workers.stop();
+      this.refresh();
+    }
     this.bundles.stop();
     this.recorder?.close();
     for (const [sig, fn] of this.signalHandlers) process.off(sig, fn);

@@ -9,6 +9,6 @@ export { WorkerLoading, loaderWorkerScript, loaderWorkerAvailable } from './work
 export { daemonMetrics } from './metrics.js';
 export { DropRecorder, type DropRecorderOptions } from './drop-recorder.js';
 export { preflight, interfaceNames, effectiveCapabilities } from './preflight.js';
-export { PacketWorkers, packetWorkerScript, replayPortOpener, type PacketWorkersOptions, type SwapOutcome, type WorkerCounters, type PortTotals } from './packet-workers.js';
+export { PacketWorkers, packetWorkerScript, replayPortOpener, ringPortOpener, type PacketWorkersOptions, type SwapOutcome, type WorkerCounters, type PortTotals } from './packet-workers.js';
 export type { OpenerRef, PortSpec, PathSettings, PrepareCost } from './packet-worker-layout.js';
 export { capturePlan, liveCaptureHost, rxQueues, type CapturePlan, type CaptureHost } from './capture-plan.js';

@@ -64,15 +64,12 @@ export function daemonMetrics(d: Daemon): Registry {
     }
   });
   counter('moat_packet_errors_total', 'Packets whose evaluation threw (handled per onError).', [], (set) => set({}, d.packetErrors));
+  // Ring engine: summed over the packet workers, which report them every 100 ms.
   counter('moat_rule_hits_total', 'Packets matched per rule of the running ruleset version.', ['ruleset', 'rule', 'action'], (set) => {
-    const ev = d.evaluator;
-    if (ev === undefined) return;
-    ev.rules.forEach((r, i) => set({ ruleset: r.level, rule: r.rule.id ?? `${r.level}#${r.index}`, action: r.rule.action }, ev.hitPackets[i]!));
+    for (const { rule: r, packets } of d.ruleHits()) set({ ruleset: r.level, rule: r.rule.id ?? `${r.level}#${r.index}`, action: r.rule.action }, packets);
   });
   counter('moat_rule_bytes_total', 'Bytes matched per rule of the running ruleset version.', ['ruleset', 'rule', 'action'], (set) => {
-    const ev = d.evaluator;
-    if (ev === undefined) return;
-    ev.rules.forEach((r, i) => set({ ruleset: r.level, rule: r.rule.id ?? `${r.level}#${r.index}`, action: r.rule.action }, ev.hitBytes[i]!));
+    for (const { rule: r, bytes } of d.ruleHits()) set({ ruleset: r.level, rule: r.rule.id ?? `${r.level}#${r.index}`, action: r.rule.action }, bytes);
   });
   counter('moat_capture_packets_total', 'Frames delivered by the capture.', ['interface'], (set) => {
     for (const p of d.ports) set({ interface: p.name }, p.source.stats.packets);
@@ -127,6 +124,32 @@ export function daemonMetrics(d: Daemon): Registry {
       collect() {
         this.set(d.awaitingBundle ? 1 : 0);
       },
+    });
+  }
+  if (d.plan?.engine === 'ring') {
+    const ring = () => d.ringStats();
+    counter('moat_ring_drops_total', 'Frames the kernel dropped because a ring was full (ring engine), by interface.', ['interface'], (set) => {
+      ring()?.ports.forEach((t, i) => set({ interface: d.ports[i]!.name }, t.ringDrops));
+    });
+    counter('moat_truncated_frames_total', 'Frames longer than a ring slot (capture.slotBytes): judged on what fits, never forwarded (ring engine).', ['interface'], (set) => {
+      ring()?.ports.forEach((t, i) => set({ interface: d.ports[i]!.name }, t.truncated));
+    });
+    new Gauge({
+      name: 'moat_link_up',
+      help: '1 while the interface\'s link is up for every packet worker (ring engine); 0 while it is down (nothing read or forwarded there).',
+      labelNames: ['interface'],
+      registers: [registry],
+      collect() {
+        this.reset();
+        const r = ring();
+        r?.ports.forEach((t, i) => this.set({ interface: d.ports[i]!.name }, t.linkUp >= r.workers.length ? 1 : 0));
+      },
+    });
+    counter('moat_worker_frames_total', 'Frames handled per packet worker (ring engine), all ports together.', ['worker'], (set) => {
+      ring()?.workers.forEach((w, i) => set({ worker: String(i) }, w.frames));
+    });
+    counter('moat_worker_restarts_total', 'Packet workers restarted after they stopped (ring engine).', ['worker'], (set) => {
+      ring()?.workers.forEach((w, i) => set({ worker: String(i) }, w.restarts));
     });
   }
   new Gauge({

@@ -8,6 +8,14 @@ import { COUNTER_SLOTS, type LoadErrorData, type TransferredBundle, type Undecod
 
 /** The control words (an Int32Array over a SharedArrayBuffer): the generation every worker judges with. */
 export const CTL_GEN = 0;
+/**
+ * No bundle yet (the daemon's awaitingBundle): 0 judge as usual; HOLD_DROP
+ * count the frames as held and forward nothing; HOLD_PASS count them and
+ * forward everything unjudged (failOpen).
+ */
+export const CTL_HOLD = 1;
+export const HOLD_DROP = 1;
+export const HOLD_PASS = 2;
 export const CTL_SLOTS = 4;
 
 /** A worker's own totals, at the start of its Float64Array. */
@@ -17,6 +25,8 @@ export const W_FRAMES = 1;
 export const W_GEN = 2;
 /** Longest step of a swap's prepare on this worker's event loop (wall-clock ms, so a thread descheduled meanwhile counts): what a swap stalls its packet loop. */
 export const W_LONGEST_STEP_MS = 3;
+/** Frames seen while CTL_HOLD was set (not judged). */
+export const W_HELD = 4;
 export const W_HEADER = 8;
 
 /** A port's BatchPort stats, after its PathCounters (COUNTER_SLOTS) in its block. */
@@ -32,7 +42,10 @@ export const S_SEND_ERRORS = 7;
 export const S_LINK_UP = 8;
 /** Frames of this port passed without judging (a port whose `judge` is false). */
 export const S_UNJUDGED = 9;
-export const S_SLOTS = 10;
+/** Forwarded frames of this port whose TCP/UDP checksum was verified (1 in SampleSettings.checksumEvery), and those found bad. */
+export const S_CHECKSUM_SAMPLED = 10;
+export const S_BAD_CHECKSUM = 11;
+export const S_SLOTS = 12;
 export const PORT_SLOTS = COUNTER_SLOTS + S_SLOTS;
 
 /** Float64 slots of one worker's counters with `ports` ports. */
@@ -62,6 +75,17 @@ export interface PathSettings {
   readonly undecodable?: UndecodablePolicy | undefined;
 }
 
+/**
+ * What a worker reports to the main thread beyond its counters: copies of
+ * dropped frames (for the drop log and the drop capture), at most `drops` a
+ * second per worker (0: none), and a TCP/UDP checksum check of 1 in
+ * `checksumEvery` forwarded frames (0: none).
+ */
+export interface SampleSettings {
+  readonly drops: number;
+  readonly checksumEvery: number;
+}
+
 /** The workerData of a packet worker. */
 export interface PacketWorkerData {
   readonly index: number;
@@ -70,6 +94,7 @@ export interface PacketWorkerData {
   readonly opener: OpenerRef;
   readonly ports: readonly PortSpec[];
   readonly paths: PathSettings;
+  readonly samples?: SampleSettings | undefined;
   readonly gen: number;
   readonly bundle: TransferredBundle;
   /** For tests: this worker fails to prepare any bundle after its first (a worker that cannot take a bundle the others can). */
@@ -99,4 +124,12 @@ export type FromWorker =
   | { readonly type: 'prepared'; readonly gen: number; readonly ok: true; readonly cost: PrepareCost; readonly at: string }
   | { readonly type: 'prepared'; readonly gen: number; readonly ok: false; readonly error: LoadErrorData }
   | { readonly type: 'failed'; readonly error: LoadErrorData }
-  | { readonly type: 'stopped' };
+  | { readonly type: 'stopped' }
+  /** A dropped frame (a copy) and the rule that dropped it (index into the bundle's rules of `gen`; -1: by policy). */
+  | { readonly type: 'drop'; readonly port: number; readonly gen: number; readonly rule: number; readonly frame: Uint8Array; readonly origLen: number }
+  /** A forwarded frame (a copy) whose sampled checksum was bad; at most one a minute per worker. */
+  | { readonly type: 'bad-checksum'; readonly port: number; readonly frame: Uint8Array }
+  /** A port's link went down or came back. */
+  | { readonly type: 'link'; readonly port: number; readonly state: 'up' | 'down'; readonly reason: string }
+  /** The rule hit counters of generation `gen` (packets, then bytes, per rule), sent when they changed. */
+  | { readonly type: 'hits'; readonly gen: number; readonly hits: Float64Array };

@@ -8,10 +8,10 @@
 
 import { parentPort, workerData } from 'node:worker_threads';
 import type { BatchPort, BatchPortOpener, FrameBatch } from '../capture/index.js';
-import { BundleImporter, COUNTER_SLOTS, loadErrorData, PacketPath, PathCounters, tableIsShared, type TransferredBundle } from '../engine/index.js';
+import { BundleImporter, COUNTER_SLOTS, FrameInspector, loadErrorData, PacketPath, PathCounters, tableIsShared, type TransferredBundle } from '../engine/index.js';
 import {
-  CTL_GEN, PORT_SLOTS, S_BATCHES, S_BYTES, S_FREEZES, S_LINK_UP, S_PACKETS, S_RING_DROPS, S_SEND_ERRORS, S_SENT, S_TRUNCATED, S_UNJUDGED,
-  W_BATCHES, W_FRAMES, W_GEN, W_HEADER, W_LONGEST_STEP_MS,
+  CTL_GEN, CTL_HOLD, HOLD_PASS, PORT_SLOTS, S_BAD_CHECKSUM, S_BATCHES, S_BYTES, S_CHECKSUM_SAMPLED, S_FREEZES, S_LINK_UP, S_PACKETS, S_RING_DROPS, S_SEND_ERRORS, S_SENT, S_TRUNCATED, S_UNJUDGED,
+  W_BATCHES, W_FRAMES, W_GEN, W_HEADER, W_HELD, W_LONGEST_STEP_MS,
   type FromWorker, type PacketWorkerData, type PrepareCost, type ToWorker,
 } from './packet-worker-layout.js';
 
@@ -39,6 +39,18 @@ let prepared: { gen: number; paths: PacketPath[] } | undefined;
 let ports: BatchPort[] = [];
 let statsTimer: NodeJS.Timeout | undefined;
 let prepares = 0;
+
+// Samples for the main thread (see SampleSettings): drop copies within a per-second budget, checksum checks.
+// The drop budget is per stats period (STATS_EVERY_MS), reset by copyStats:
+// no clock read per dropped frame.
+const dropBudget = Math.ceil(((data.samples?.drops ?? 0) * STATS_EVERY_MS) / 1000);
+const checksumEvery = data.samples?.checksumEvery ?? 0;
+let dropsSent = 0;
+const countdown = specs.map(() => (checksumEvery > 0 ? checksumEvery : Infinity));
+let badChecksumSentAt = -Infinity;
+const inspector = new FrameInspector();
+/** Sum of the last hit counters sent (hits are sent only when they changed). */
+let hitsSent = -1;
 
 const tick = (): Promise<void> => new Promise((resolve) => setImmediate(resolve));
 
@@ -82,6 +94,7 @@ function adopt(g: number): void {
   if (prepared === undefined || prepared.gen !== g) return; // not ours to judge with (cannot happen: see packet-workers.ts)
   paths = prepared.paths;
   gen = g;
+  hitsSent = -1;
   prepared = undefined;
   totals[W_GEN] = g;
 }
@@ -93,24 +106,87 @@ function onBatch(p: number, batch: FrameBatch): void {
   const n = batch.count;
   const pass = batch.pass;
   const spec = specs[p]!;
-  if (spec.judge) {
+  const hold = Atomics.load(control, CTL_HOLD);
+  if (hold !== 0) {
+    // No bundle yet: nothing judged; forwarded only with failOpen (pass[] is zeroed by the port).
+    totals[W_HELD]! += n;
+    if (hold === HOLD_PASS) for (let i = 0; i < n; i++) pass[i] = 1;
+  } else if (spec.judge) {
     const path = paths[p]!;
     const bytes = batch.bytes;
     const offset = batch.offset;
     const caplen = batch.caplen;
     const origLen = batch.origLen;
     const lt = ports[p]!.linkType;
-    for (let i = 0; i < n; i++) pass[i] = path.process(bytes, offset[i]!, caplen[i]!, origLen[i]!, lt) ? 0 : 1;
+    for (let i = 0; i < n; i++) {
+      if (path.process(bytes, offset[i]!, caplen[i]!, origLen[i]!, lt)) {
+        pass[i] = 0;
+        if (dropBudget > 0) sampleDrop(p, path.lastRule, bytes, offset[i]!, caplen[i]!, origLen[i]!);
+      } else pass[i] = 1;
+    }
   } else {
     for (let i = 0; i < n; i++) pass[i] = 1;
     totals[statsBase(p) + S_UNJUDGED]! += n;
   }
   totals[W_BATCHES]!++;
   totals[W_FRAMES]! += n;
-  if (spec.peer !== null) ports[spec.peer]!.forward(batch);
+  if (spec.peer !== null) {
+    if (checksumEvery > 0 && hold === 0) sampleChecksums(p, batch);
+    ports[spec.peer]!.forward(batch);
+  }
+}
+
+// A copy of a dropped frame for the main thread's drop log and drop capture.
+// The copy allocates: at most dropBudget per stats period, so a flood of
+// drops costs a bounded number of copies and messages.
+function sampleDrop(p: number, rule: number, bytes: Uint8Array, offset: number, caplen: number, origLen: number): void {
+  if (++dropsSent > dropBudget) return;
+  const frame = bytes.slice(offset, offset + caplen);
+  port!.postMessage({ type: 'drop', port: p, gen, rule, frame, origLen } satisfies FromWorker, [frame.buffer]);
+}
+
+// 1 in checksumEvery forwarded frames: the TCP/UDP checksum verified (a view
+// over the frame's slot is made then: one small allocation per sample).
+function sampleChecksums(p: number, batch: FrameBatch): void {
+  const pass = batch.pass;
+  const at = statsBase(p);
+  for (let i = 0; i < batch.count; i++) {
+    if (pass[i] === 0 || --countdown[p]! > 0) continue;
+    const frame = batch.bytes.subarray(batch.offset[i]!, batch.offset[i]! + batch.caplen[i]!);
+    const ok = inspector.checksumOk(frame, frame.length, ports[p]!.linkType);
+    if (ok === undefined) {
+      countdown[p] = 1; // not verifiable (not TCP/UDP, a fragment): the next one instead
+      continue;
+    }
+    countdown[p] = checksumEvery;
+    totals[at + S_CHECKSUM_SAMPLED]!++;
+    if (ok) continue;
+    totals[at + S_BAD_CHECKSUM]!++;
+    const now = Date.now();
+    if (now - badChecksumSentAt >= 60_000) {
+      badChecksumSentAt = now;
+      const copy = frame.slice();
+      port!.postMessage({ type: 'bad-checksum', port: p, frame: copy } satisfies FromWorker, [copy.buffer]);
+    }
+  }
+}
+
+// The running bundle's rule hits, for /metrics: sent with the stats when they changed.
+function sendHits(): void {
+  const ev = paths[0]?.evaluator;
+  if (ev === undefined) return;
+  let sum = 0;
+  for (let r = 0; r < ev.hitPackets.length; r++) sum += ev.hitPackets[r]!;
+  if (sum === hitsSent) return;
+  hitsSent = sum;
+  const hits = new Float64Array(2 * ev.hitPackets.length);
+  hits.set(ev.hitPackets, 0);
+  hits.set(ev.hitBytes, ev.hitPackets.length);
+  send({ type: 'hits', gen, hits });
 }
 
 function copyStats(): void {
+  dropsSent = 0;
   ports.forEach((bp, p) => {
     const s = bp.stats();
     const at = statsBase(p);
@@ -124,6 +200,7 @@ function copyStats(): void {
     totals[at + S_SEND_ERRORS] = s.sendErrors;
     totals[at + S_LINK_UP] = s.link === 'up' ? 1 : 0;
   });
+  sendHits();
 }
 
 async function start(): Promise<void> {
@@ -147,7 +224,13 @@ async function start(): Promise<void> {
     send({ type: 'failed', error: loadErrorData(err) });
     return;
   }
-  ports.forEach((bp, p) => bp.onBatch((batch) => onBatch(p, batch)));
+  ports.forEach((bp, p) => {
+    bp.onBatch((batch) => onBatch(p, batch));
+    bp.onLink((state, reason) => {
+      totals[statsBase(p) + S_LINK_UP] = state === 'up' ? 1 : 0;
+      send({ type: 'link', port: p, state, reason });
+    });
+  });
   statsTimer = setInterval(copyStats, STATS_EVERY_MS);
   send(ready);
 }

@@ -25,9 +25,9 @@ import type { Logger } from 'pino';
 import { COUNTER_SLOTS, loadErrorOf, PathCounters, shareBundle, type TransferredBundle } from '../engine/index.js';
 import { ERRORS, MoatError } from '../errors/index.js';
 import {
-  CTL_GEN, CTL_SLOTS, PORT_SLOTS, S_BATCHES, S_BYTES, S_FREEZES, S_LINK_UP, S_PACKETS, S_RING_DROPS, S_SEND_ERRORS, S_SENT, S_TRUNCATED, S_UNJUDGED,
-  W_BATCHES, W_FRAMES, W_GEN, W_HEADER, W_LONGEST_STEP_MS, workerSlots,
-  type FromWorker, type OpenerRef, type PacketWorkerData, type PathSettings, type PortSpec, type PrepareCost, type ToWorker,
+  CTL_GEN, CTL_HOLD, CTL_SLOTS, HOLD_DROP, HOLD_PASS, PORT_SLOTS, S_BAD_CHECKSUM, S_BATCHES, S_BYTES, S_CHECKSUM_SAMPLED, S_FREEZES, S_LINK_UP, S_PACKETS, S_RING_DROPS, S_SEND_ERRORS, S_SENT, S_TRUNCATED, S_UNJUDGED,
+  W_BATCHES, W_FRAMES, W_GEN, W_HEADER, W_HELD, W_LONGEST_STEP_MS, workerSlots,
+  type FromWorker, type OpenerRef, type PacketWorkerData, type PathSettings, type PortSpec, type PrepareCost, type SampleSettings, type ToWorker,
 } from './packet-worker-layout.js';
 
 /** The worker's script: the compiled packet-worker.js (from the TypeScript sources, dist's; see loaderWorkerScript). */
@@ -40,6 +40,11 @@ export function replayPortOpener(script = packetWorkerScript()): OpenerRef {
   return { module: new URL('../capture/index.js', script).href, name: 'openReplayPort' };
 }
 
+/** The opener of the ring engine's ports (capture's openRingPort), as a worker imports it. */
+export function ringPortOpener(script = packetWorkerScript()): OpenerRef {
+  return { module: new URL('../capture/index.js', script).href, name: 'openRingPort' };
+}
+
 /** What PacketWorkers.start takes. */
 export interface PacketWorkersOptions {
   readonly workers: number;
@@ -49,6 +54,12 @@ export interface PacketWorkersOptions {
   /** The first bundle (its table is shared here if it is not already). */
   readonly bundle: TransferredBundle;
   readonly paths?: PathSettings | undefined;
+  /** Drop copies and checksum samples the workers report (none by default). */
+  readonly samples?: SampleSettings | undefined;
+  /** The workers' reports: drop samples, bad checksums, link changes, rule hits (by worker index). */
+  readonly onEvent?: ((worker: number, m: Extract<FromWorker, { type: 'drop' | 'bad-checksum' | 'link' | 'hits' }>) => void) | undefined;
+  /** Start holding: no bundle yet (see hold()). */
+  readonly hold?: 'drop' | 'pass' | undefined;
   readonly log: Logger;
   readonly script?: URL | undefined;
   /** For tests: the workers (by index) that fail every prepare after their first. */
@@ -75,12 +86,14 @@ export interface PortTotals {
   /** Workers whose port's link is up. */
   linkUp: number;
   unjudged: number;
+  checksumSampled: number;
+  badChecksums: number;
 }
 
 /** Counters read from shared memory: per port (summed over workers) and per worker. */
 export interface WorkerCounters {
   readonly ports: ReadonlyArray<{ readonly iface: string; readonly path: PathCounters; readonly stats: PortTotals }>;
-  readonly workers: ReadonlyArray<{ readonly batches: number; readonly frames: number; readonly gen: number; readonly longestStepMs: number; readonly restarts: number; readonly ports: readonly PortTotals[] }>;
+  readonly workers: ReadonlyArray<{ readonly batches: number; readonly frames: number; readonly held: number; readonly gen: number; readonly longestStepMs: number; readonly restarts: number; readonly ports: readonly PortTotals[] }>;
 }
 
 interface Slot {
@@ -102,7 +115,7 @@ interface PendingSwap {
   readonly done: (o: SwapOutcome) => void;
 }
 
-const zeroTotals = (): PortTotals => ({ packets: 0, bytes: 0, ringDrops: 0, freezes: 0, truncated: 0, batches: 0, sent: 0, sendErrors: 0, linkUp: 0, unjudged: 0 });
+const zeroTotals = (): PortTotals => ({ packets: 0, bytes: 0, ringDrops: 0, freezes: 0, truncated: 0, batches: 0, sent: 0, sendErrors: 0, linkUp: 0, unjudged: 0, checksumSampled: 0, badChecksums: 0 });
 
 /** The packet workers (see the file's header). */
 export class PacketWorkers {
@@ -126,6 +139,7 @@ export class PacketWorkers {
     const n = this.specs[0]?.length ?? 0;
     if (this.specs.some((s) => s.length !== n)) throw new RangeError('every packet worker has the same ports');
     Atomics.store(this.control, CTL_GEN, 1);
+    if (options.hold !== undefined) this.hold(options.hold);
     for (let w = 0; w < options.workers; w++) {
       this.slots.push({ thread: undefined, counters: new SharedArrayBuffer(workerSlots(n) * 8), restarts: 0, base: new Float64Array(n * PORT_SLOTS), ready: false, table: undefined });
     }
@@ -150,6 +164,14 @@ export class PacketWorkers {
   /** The generation every worker judges with (or will, at its next batch). */
   get generation(): number {
     return Atomics.load(this.control, CTL_GEN);
+  }
+
+  /**
+   * No bundle yet: 'drop' counts frames as held and forwards nothing, 'pass'
+   * forwards them unjudged (failOpen); null judges again (from each worker's next batch).
+   */
+  hold(mode: 'drop' | 'pass' | null): void {
+    Atomics.store(this.control, CTL_HOLD, mode === null ? 0 : mode === 'drop' ? HOLD_DROP : HOLD_PASS);
   }
 
   /** Per worker, as it said when it started: whether its address table is over SharedArrayBuffers, and the table's bytes. */
@@ -188,12 +210,13 @@ export class PacketWorkers {
         const pt: PortTotals = {
           packets: v(S_PACKETS), bytes: v(S_BYTES), ringDrops: v(S_RING_DROPS), freezes: v(S_FREEZES), truncated: v(S_TRUNCATED),
           batches: v(S_BATCHES), sent: v(S_SENT), sendErrors: v(S_SEND_ERRORS), linkUp: t[b + S_LINK_UP]!, unjudged: t[b + S_UNJUDGED]!,
+          checksumSampled: t[b + S_CHECKSUM_SAMPLED]!, badChecksums: t[b + S_BAD_CHECKSUM]!,
         };
         own.push(pt);
         const sum = ports[p]!.stats;
         for (const key of Object.keys(sum) as Array<keyof PortTotals>) sum[key] += pt[key];
       }
-      return { batches: t[W_BATCHES]!, frames: t[W_FRAMES]!, gen: t[W_GEN]!, longestStepMs: t[W_LONGEST_STEP_MS]!, restarts: s.restarts, ports: own };
+      return { batches: t[W_BATCHES]!, frames: t[W_FRAMES]!, held: t[W_HELD]!, gen: t[W_GEN]!, longestStepMs: t[W_LONGEST_STEP_MS]!, restarts: s.restarts, ports: own };
     });
     return { ports, workers };
   }
@@ -281,7 +304,7 @@ export class PacketWorkers {
     const slot = this.slots[w]!;
     const data: PacketWorkerData = {
       index: w, control: this.control.buffer as SharedArrayBuffer, counters: slot.counters, opener: this.options.opener, ports: this.specs[w]!,
-      paths: this.options.paths ?? {}, gen: this.current.gen, bundle: this.current.bundle, failPrepare: this.options.failPrepareIn?.includes(w),
+      paths: this.options.paths ?? {}, samples: this.options.samples, gen: this.current.gen, bundle: this.current.bundle, failPrepare: this.options.failPrepareIn?.includes(w),
       slowPrepareMs: this.options.slowPrepare?.worker === w ? this.options.slowPrepare.ms : undefined,
     };
     if (this.current.bundle.table !== null) this.table = { id: this.current.bundle.tableId, parts: this.current.bundle.table };
@@ -299,7 +322,9 @@ export class PacketWorkers {
   private onMessage(w: number, t: Worker, m: FromWorker): void {
     const slot = this.slots[w]!;
     if (slot.thread !== t) return;
-    if (m.type === 'ready') {
+    if (m.type === 'drop' || m.type === 'bad-checksum' || m.type === 'link' || m.type === 'hits') {
+      this.options.onEvent?.(w, m);
+    } else if (m.type === 'ready') {
       slot.ready = true;
       slot.table = { shared: m.tableShared, bytes: m.tableBytes };
       this.startWaiters.get(w)?.resolve();

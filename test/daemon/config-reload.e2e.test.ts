@@ -20,14 +20,17 @@ function replace(file: string, value: unknown): void {
   writeFileSync(`${file}.tmp`, JSON.stringify(value));
   renameSync(`${file}.tmp`, file);
 }
-const config = (extra: Record<string, unknown> = {}) => ({ mode: 'monitor', interfaces: ['ga'], rules: { account: 'account.json' }, metrics: { listen: '127.0.0.1:9490' }, watch: false, ...extra });
+/** The capture engine of the describe block running (both engines pass the same tests). */
+let engine: 'ring' | 'libpcap' = 'ring';
+const config = (extra: Record<string, unknown> = {}) => ({ mode: 'monitor', interfaces: ['ga'], rules: { account: 'account.json' }, capture: { engine }, metrics: { listen: '127.0.0.1:9490' }, watch: false, ...extra });
 
 type Log = { msg: string; code?: number; keys?: string[]; reason?: string; errors?: Array<{ code: number; message: string }> };
 
-describe.runIf(RUN)('moat daemon reloads its configuration file', () => {
+describe.runIf(RUN).each(['ring', 'libpcap'] as const)('moat daemon reloads its configuration file (%s engine)', (e) => {
   let daemon: NsProcess;
 
   beforeAll(async () => {
+    engine = e;
     ensureBuilt();
     const ns = await createNamespace();
     await ip(['-n', ns, 'link', 'add', 'ga', 'type', 'veth', 'peer', 'name', 'gb']);
@@ -37,7 +40,8 @@ describe.runIf(RUN)('moat daemon reloads its configuration file', () => {
     replace(ACCOUNT, { version: '1', rules: [{ id: 'ssh', action: 'block', expression: 'tcp.dstport == 22' }] });
     replace(CONFIG, config());
     daemon = spawnIn(ns, process.execPath, [BIN, 'daemon', '--config', CONFIG]);
-    await daemon.waitForLine(/"msg":"daemon running"/, 20_000);
+    const running = await daemon.waitForLine(/"msg":"daemon running"/, 20_000);
+    expect(JSON.parse(running).engine).toBe(engine);
   }, 120_000);
 
   afterAll(() => destroyAll(), 60_000);

@@ -36,7 +36,7 @@ function deployRules(rules: object[]): void {
   renameSync(`${ACCOUNT}.tmp`, ACCOUNT);
 }
 
-describe.runIf(RUN)('moat daemon inline: the direction it judges', () => {
+describe.runIf(RUN).each(['ring', 'libpcap'] as const)('moat daemon inline: the direction it judges (%s engine)', (engine) => {
   let topo: GatewayTopology;
   let daemon: NsProcess | undefined;
 
@@ -80,9 +80,9 @@ describe.runIf(RUN)('moat daemon inline: the direction it judges', () => {
       expect((await daemon.exited).code).toBe(0);
     }
     const cfg = join(dir, 'daemon.jsonc');
-    writeFileSync(cfg, JSON.stringify({ mode: 'inline', interfaces, ...(judge === undefined ? {} : { judge }), rules: { account: ACCOUNT }, capture: { ringBytes: 16 << 20 }, log: { drops: true } }));
+    writeFileSync(cfg, JSON.stringify({ mode: 'inline', interfaces, ...(judge === undefined ? {} : { judge }), rules: { account: ACCOUNT }, capture: { engine, ringBytes: 16 << 20 }, log: { drops: true } }));
     daemon = spawnIn(topo.gateway.ns, process.execPath, [BIN, 'daemon', '--config', cfg]);
-    await daemon.waitForLine(/"msg":"daemon running"/, 20_000);
+    expect(JSON.parse(await daemon.waitForLine(/"msg":"daemon running"/, 20_000)).engine).toBe(engine);
     return JSON.parse(daemon.lines.find((l) => l.includes('"outside":') && l.includes('judging'))!) as Record<string, unknown>;
   }
 

@@ -2,7 +2,8 @@
 // subnet, a gateway between them with no kernel forwarding, and `moat daemon`
 // inline on the gateway. What the rules allow crosses, what they block does
 // not, and replacing the ruleset file changes verdicts without a restart and
-// without breaking a connection that stays allowed.
+// without breaking a connection that stays allowed. Both capture engines
+// (ring and libpcap) pass the same tests.
 import { mkdtempSync, renameSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -12,6 +13,7 @@ import { BIN, ensureBuilt, ROOT } from '../support/cli.js';
 import { addAddress, exec, gatewayTopology, nodeIn, requireRoot, spawnIn, type GatewayTopology, type NsProcess } from '../support/netns.js';
 
 const RUN = requireRoot(['ping', 'ethtool']);
+const ENGINES = ['ring', 'libpcap'] as const;
 const dir = mkdtempSync(join(tmpdir(), 'moat-e2e-'));
 const ACCOUNT = join(dir, 'account.json');
 
@@ -36,8 +38,9 @@ function deployRules(rules: RuleSpec[] | string): void {
   renameSync(tmp, ACCOUNT);
 }
 
-describe.runIf(RUN)('moat daemon inline between two namespaces', () => {
+describe.runIf(RUN).each(ENGINES)('moat daemon inline between two namespaces (%s engine)', (engine) => {
   let topo: GatewayTopology;
+  const dropped = join(dir, `dropped-${engine}.pcap`);
   let daemon: NsProcess;
   let servers: NsProcess;
 
@@ -80,9 +83,9 @@ describe.runIf(RUN)('moat daemon inline between two namespaces', () => {
         rules: { account: ACCOUNT },
         lists: { office_blocklist: join(dir, 'office.txt') },
         geoip: { country: join(ROOT, 'native-fixtures/geoip/test-country.mmdb') },
-        capture: { ringBytes: 64 << 20 },
+        capture: { engine, ringBytes: 64 << 20 },
         metrics: { listen: '127.0.0.1:9490' },
-        dropCapture: { path: join(dir, 'dropped.pcap'), maxBytes: 1 << 20, files: 2 },
+        dropCapture: { path: dropped, maxBytes: 1 << 20, files: 2 },
       }),
     );
     servers = nodeIn(
@@ -91,7 +94,8 @@ describe.runIf(RUN)('moat daemon inline between two namespaces', () => {
     );
     await servers.waitForLine(/ready/);
     daemon = spawnIn(topo.gateway.ns, process.execPath, [BIN, 'daemon', '--config', join(dir, 'daemon.jsonc')]);
-    await daemon.waitForLine(/"msg":"daemon running"/, 20_000);
+    const running = await daemon.waitForLine(/"msg":"daemon running"/, 20_000);
+    expect(JSON.parse(running).engine).toBe(engine);
   }, 120_000);
 
   afterAll(async () => {
@@ -192,7 +196,7 @@ describe.runIf(RUN)('moat daemon inline between two namespaces', () => {
     expect(stopped).toBeDefined();
     expect(JSON.parse(stopped!).totals.length).toBe(2);
     // The drop capture was flushed on stop and holds the blocked SYNs to port 9999.
-    const reader = PcapReader.open(join(dir, 'dropped.pcap'));
+    const reader = PcapReader.open(dropped);
     let to9999 = 0;
     while (reader.next()) {
       const f = reader.data.subarray(reader.offset, reader.offset + reader.caplen);
@@ -204,7 +208,7 @@ describe.runIf(RUN)('moat daemon inline between two namespaces', () => {
   }, 30_000);
 });
 
-describe.runIf(RUN)('moat daemon in monitor mode', () => {
+describe.runIf(RUN).each(ENGINES)('moat daemon in monitor mode (%s engine)', (engine) => {
   let topo: GatewayTopology;
   afterAll(async () => {
     await topo?.destroy();
@@ -216,7 +220,7 @@ describe.runIf(RUN)('moat daemon in monitor mode', () => {
     const rules = join(dir, 'monitor-rules.json');
     writeFileSync(rules, JSON.stringify({ rules: [{ id: 'no-echo', action: 'block', expression: 'icmp.type == 8' }] }));
     const cfg = join(dir, 'monitor.jsonc');
-    writeFileSync(cfg, JSON.stringify({ mode: 'monitor', interfaces: [topo.gateway.portA], rules: { account: rules }, capture: { ringBytes: 16 << 20 }, metrics: { listen: '127.0.0.1:9491' } }));
+    writeFileSync(cfg, JSON.stringify({ mode: 'monitor', interfaces: [topo.gateway.portA], rules: { account: rules }, capture: { engine, ringBytes: 16 << 20 }, metrics: { listen: '127.0.0.1:9491' } }));
     const d = spawnIn(topo.gateway.ns, process.execPath, [BIN, 'daemon', '--config', cfg]);
     await d.waitForLine(/"msg":"daemon running"/, 20_000);
     const r = await exec(topo.a.ns, 'ping', ['-c', '3', '-i', '0.2', '-W', '1', topo.b.ipv4], { check: false });

@@ -28,9 +28,10 @@ async function run(onError: 'pass' | 'drop') {
   const a = sources.get('x0')!;
   const b = sources.get('x1')!;
   const port = d.ports[0]!;
-  const real = port.path.process.bind(port.path);
+  const path = port.path!;
+  const real = path.process.bind(path);
   let calls = 0;
-  port.path.process = (...args) => {
+  path.process = (...args) => {
     if (++calls === 2) throw new Error('injected fault');
     return real(...args);
   };

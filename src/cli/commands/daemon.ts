@@ -1,11 +1,12 @@
-// `moat daemon`: run the data plane on a gateway: capture with libpcap, judge
-// every frame with the network_transit rulesets, forward what passes (inline).
+// `moat daemon`: run the data plane on a gateway: capture (the ring engine's
+// packet workers, or libpcap), judge frames with the network_transit
+// rulesets, forward what passes (inline).
 
 import type { Command } from 'commander';
 import { pino } from 'pino';
-import { LiveCapture } from '../../capture/index.js';
+import { LiveCapture, ringEngineAvailable } from '../../capture/index.js';
 import { loadDaemonConfig, type DaemonConfig } from '../../config/index.js';
-import { bundleFiles, bundleSourceFor, ChannelBundleSource, Daemon, preflight } from '../../daemon/index.js';
+import { bundleFiles, bundleSourceFor, capturePlan, ChannelBundleSource, Daemon, liveCaptureHost, preflight } from '../../daemon/index.js';
 import { BundleError, loadBundle, type LoadedBundle } from '../../engine/index.js';
 import type { MoatError } from '../../errors/index.js';
 import { moatVersion } from '../version.js';
@@ -45,13 +46,17 @@ export function registerDaemon(program: Command, out: Output): void {
         // Compile the bundle the same way start() does, without opening captures.
         const errors: MoatError[] = [...host];
         let summary: string | undefined;
+        // The engine as start() will choose it (an explicit ring this host cannot run is 5012 here too).
+        const plan = capturePlan(config, liveCaptureHost(ringEngineAvailable), flags.config);
+        for (const w of plan.warnings) out.stderr(`moat: warning: ${w}`);
         try {
           const b: LoadedBundle & { cached?: string | undefined } = config.controlPlane === undefined ? loadBundle(bundleFiles(config)) : await checkChannel(config);
           for (const w of b.missing) out.stderr(formatWarning(w));
           const what = config.controlPlane === undefined ? '' : b.cached === undefined ? `control plane ${config.controlPlane.url}, no cached bundle yet; ` : `control plane ${config.controlPlane.url}, cached bundle ${b.cached}: `;
           // Inline: the sides as the daemon will take them (the first of a list is outside).
           const ports = config.mode === 'inline' ? `${config.interfaces[0]} (outside), ${config.interfaces[1]} (inside), judging ${config.judge === 'both' ? 'both directions' : 'frames from outside'}` : config.interfaces.join(', ');
-          summary = `OK: ${config.mode} on ${ports}; ${what}${b.evaluator.rules.length} rules, fields: ${b.evaluator.fields.join(' ') || '(none)'}`;
+          const engine = plan.engine === 'ring' ? `capture engine ring, ${plan.workers} packet worker${plan.workers === 1 ? '' : 's'}` : 'capture engine libpcap';
+          summary = `OK: ${config.mode} on ${ports}; ${engine}; ${what}${b.evaluator.rules.length} rules, fields: ${b.evaluator.fields.join(' ') || '(none)'}`;
         } catch (err) {
           if (!(err instanceof BundleError)) throw err;
           errors.unshift(...err.errors);
@@ -67,7 +72,7 @@ export function registerDaemon(program: Command, out: Output): void {
         return;
       }
       const log = pino({ level: config.log.level, base: { service: 'moat-daemon' } });
-      const daemon = new Daemon(config, log, (iface, o) => LiveCapture.open(iface, o), bundleSourceFor(config, flags.config, { moat: moatVersion() }), { configFile: flags.config, override });
+      const daemon = new Daemon(config, log, (iface, o) => LiveCapture.open(iface, o), bundleSourceFor(config, flags.config, { moat: moatVersion() }), { configFile: flags.config, override, ring: {} });
       try {
         await daemon.start();
       } catch (err) {
