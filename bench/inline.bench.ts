@@ -27,8 +27,8 @@
 //       iperf3 cannot). A rung holds when the generator sent >= 98 % of the target, at
 //       least 99.9 % of what it sent reached B's UDP layer, and the daemon's rings
 //       dropped nothing (frames the gateway ports received that the capture never
-//       delivered: the ports' rx counters minus moat_capture_packets_total, and any
-//       moat_capture_*drop*_total counter). The visit climbs until a rung fails.
+//       delivered: the ports' rx counters minus moat_capture_packets_total, and the
+//       ring engine's moat_ring_drops_total). The visit climbs until a rung fails.
 //       The highest rate without loss is the highest rung held in every round.
 // CPU per forwarded packet, at MOAT_BENCH_INLINE_CPU_PPS (a rung of the ladder every path
 // holds): for the daemon, its process CPU (/proc/<pid>/stat utime+stime, all threads:
@@ -185,11 +185,9 @@ async function daemonSnapshot(topo: GatewayTopology, daemon: RunningDaemon): Pro
   return { cpu: cpuSeconds(daemon.pid), forwarded: metricSum(m, 'moat_capture_sent_total'), captured: metricSum(m, 'moat_capture_packets_total'), dropMetric: captureDrops(m), portRx: rx };
 }
 
-/** Any capture drop counter the daemon exports (moat_capture_*drop*_total): ring drops by the kernel. */
+/** Frames the kernel dropped because a ring was full (moat_ring_drops_total, ring engine). */
 function captureDrops(m: Metrics): number {
-  let sum = 0;
-  for (const [k, v] of m) if (/^moat_capture_[a-z_]*drop[a-z_]*_total(\{|$)/.test(k)) sum += v;
-  return sum;
+  return metricSum(m, 'moat_ring_drops_total');
 }
 
 async function rung(topo: GatewayTopology, sender: Sender, pps: number, seconds: number, daemon: RunningDaemon | undefined): Promise<Rung> {
@@ -333,7 +331,7 @@ export async function runInlineBench(): Promise<void> {
       // wiring came in steps): the daemon's start log says which engine it runs.
       const daemon = await startDaemon(topo, writeDaemonConfig(dir, topo, { engine: 'ring', workers: 1, name: 'daemon-probe.jsonc' }));
       await daemon.proc.stop(5_000);
-      if (!daemon.proc.lines.some((l) => /capture engine ring/.test(l))) {
+      if (!daemon.proc.lines.some((l) => /capture engine ring|"engine":"ring"/.test(l))) {
         notes.push('the daemon accepts capture.engine "ring" but its start log does not say it runs the ring engine (not wired yet): the ring paths are left out');
         paths = paths.filter((p) => p.engine !== 'ring');
       }

@@ -331,7 +331,7 @@ export async function runSoak(seconds = 600): Promise<void> {
   let margin = 0.9;
   let runsRing = false;
   const announce = (d: RunningDaemon): void => {
-    runsRing = d.proc.lines.some((l) => /capture engine ring/.test(l));
+    runsRing = d.proc.lines.some((l) => /capture engine ring|"engine":"ring"/.test(l));
     const said = d.proc.lines.map((l) => /capture engine [^"]*/.exec(l)?.[0]).find((x) => x !== undefined);
     console.log(`daemon pid ${d.pid}${traceGc ? ' (node --trace-gc, stdout line-buffered)' : ''}; ruleset of ${BENCH_RULES.length} rules; its start log: ${said ?? 'no capture engine line (libpcap, before #19)'}`);
     if (engineKnob === 'ring' && !runsRing) console.log('NOTE: the daemon does not say it runs the ring engine: this soak measures libpcap');
