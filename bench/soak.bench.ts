@@ -89,6 +89,8 @@ interface Sample {
   forwarded: number;
   captured: number;
   sendErrors: number;
+  /** Frames the kernel dropped because a ring was full (moat_ring_drops_total; ring engine). */
+  ringDrops: number;
   packetErrors: number;
   undecodable: number;
   /** rx counters of the gateway ports, summed. */
@@ -215,6 +217,7 @@ async function takeSample(topo: GatewayTopology, daemon: RunningDaemon, probe: G
     forwarded: v('moat_capture_sent_total'),
     captured: v('moat_capture_packets_total'),
     sendErrors: v('moat_capture_send_errors_total'),
+    ringDrops: v('moat_ring_drops_total'),
     packetErrors: v('moat_packet_errors_total'),
     undecodable: v('moat_undecodable_packets_total'),
     portRx,
@@ -512,7 +515,7 @@ export async function runSoak(seconds = 600): Promise<void> {
   console.log(
     `daemon counters over the drive: ${f0(judged)} frames judged (${f0(judged / span)} per second), ${f0(lastS.forwarded - first.forwarded)} forwarded, ` +
       `${f0(lastS.dropped - first.dropped)} dropped, ${f0(lastS.sendErrors - first.sendErrors)} send errors, ${f0(lastS.packetErrors - first.packetErrors)} packet errors, ` +
-      `${f0(lastS.undecodable - first.undecodable)} undecodable; ring loss ${f0(lastS.portRx - first.portRx - (lastS.captured - first.captured))} frames ` +
+      `${f0(lastS.undecodable - first.undecodable)} undecodable, ${f0(lastS.ringDrops - first.ringDrops)} ring drops (moat_ring_drops_total); ring loss ${f0(lastS.portRx - first.portRx - (lastS.captured - first.captured))} frames ` +
       `(${f2((100 * (lastS.portRx - first.portRx - (lastS.captured - first.captured))) / Math.max(1, lastS.portRx - first.portRx))}% of what the ports received); ` +
       `CPU ${f0((100 * (lastS.cpu - first.cpu)) / span)}% of a core, ${f2(((lastS.cpu - first.cpu) * 1e6) / (lastS.forwarded - first.forwarded))} us per forwarded frame`,
   );
@@ -551,7 +554,7 @@ export async function runSoak(seconds = 600): Promise<void> {
       : grows
         ? `RSS still rising ${f2(rssHalf)} MB/min over the second half: possible leak`
         : `RSS flat over the second half (${f2(rssHalf)} MB/min, threshold 0.5)`;
-  const ringLossTotal = lastS.portRx - first.portRx - (lastS.captured - first.captured);
+  const ringLossTotal = Math.max(lastS.portRx - first.portRx - (lastS.captured - first.captured), lastS.ringDrops - first.ringDrops);
   const healthy = health.status === 200 && /"status":"ok"/.test(health.body);
   if (crashed) {
     console.log(`\nVERDICT: CRASHED at about ${f0(crashedAt ?? duration)} s (${daemon.proc.exitText()}). Last daemon output:`);
