@@ -323,7 +323,7 @@ export class Daemon {
   // A line per dropped packet (at most 100 a second): the packet (addresses,
   // protocol, ports, the interface it came in on and, inline, the one it was
   // not sent out of) and the rule. In monitor mode nothing is dropped: "would drop".
-  private logDrop(port: Port, frame: Uint8Array, length: number, rule: CompiledRule | undefined, lastRule: number): void {
+  private logDrop(port: Port, frame: Uint8Array, length: number, rule: CompiledRule | undefined, lastRule: number, worker?: number): void {
     const now = Math.floor(Date.now() / 1000);
     if (now !== this.dropLogWindow) {
       this.dropLogWindow = now;
@@ -346,6 +346,7 @@ export class Daemon {
         rule: ruleId,
         ruleset: rule?.level ?? null,
         ...(description === undefined ? {} : { description }),
+        ...(worker === undefined ? {} : { worker }),
       },
       `${verb} ${what} on ${port.name} ${why}`.trimEnd(),
     );
@@ -431,6 +432,7 @@ export class Daemon {
       opener: this.options.ring?.opener ?? ringPortOpener(),
       bundle,
       paths: { colo: c.colo, undecodable: c.undecodable },
+      onError: c.onError,
       samples: { drops: c.dropCapture === undefined ? DROP_SAMPLES_PER_WORKER.log : DROP_SAMPLES_PER_WORKER.capture, checksumEvery: c.mode === 'inline' ? c.checksumSample : 0 },
       onEvent: (w, m) => this.onWorkerEvent(w, m),
       hold: awaiting ? (c.mode === 'inline' && c.failOpen ? 'pass' : 'drop') : undefined,
@@ -445,7 +447,7 @@ export class Daemon {
   }
 
   // What a packet worker reports besides its counters.
-  private onWorkerEvent(w: number, m: Extract<FromWorker, { type: 'drop' | 'bad-checksum' | 'link' | 'hits' }>): void {
+  private onWorkerEvent(w: number, m: Extract<FromWorker, { type: 'drop' | 'bad-checksum' | 'link' | 'hits' | 'packet-error' }>): void {
     if (m.type === 'hits') {
       this.workerHits.set(w, { gen: m.gen, hits: m.hits });
       return;
@@ -454,12 +456,16 @@ export class Daemon {
       this.onLink(w, m.port, m.state, m.reason);
       return;
     }
+    if (m.type === 'packet-error') {
+      this.log.error({ err: { message: m.message }, interface: this.ports[m.port]?.name, worker: w, count: m.count }, 'packet evaluation failed');
+      return;
+    }
     const port = this.ports[m.port];
     if (port === undefined) return;
     const frame = Buffer.from(m.frame.buffer, m.frame.byteOffset, m.frame.byteLength);
     if (m.type === 'drop') {
       if (this.recorder !== undefined) this.recordDrop(frame, frame.length);
-      if (this.config.log.drops) this.logDrop(port, frame, frame.length, m.rule >= 0 ? this.genRules.get(m.gen)?.[m.rule] : undefined, m.rule);
+      if (this.config.log.drops) this.logDrop(port, frame, frame.length, m.rule >= 0 ? this.genRules.get(m.gen)?.[m.rule] : undefined, m.rule, w);
     } else if (m.type === 'bad-checksum') {
       const now = Date.now();
       if (now - this.badChecksumLoggedAt < 60_000) return;
@@ -491,6 +497,7 @@ export class Daemon {
     if (this.workers === undefined) return;
     const c = this.workers.counters();
     this.unjudged = c.workers.reduce((a, w) => a + w.held, 0);
+    this.packetErrors = c.workers.reduce((a, w) => a + w.packetErrors, 0);
     this.ports.forEach((port, i) => {
       const t = c.ports[i]!;
       port.counters.v.set(t.path.v);

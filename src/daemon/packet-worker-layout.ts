@@ -27,6 +27,8 @@ export const W_GEN = 2;
 export const W_LONGEST_STEP_MS = 3;
 /** Frames seen while CTL_HOLD was set (not judged). */
 export const W_HELD = 4;
+/** Frames whose evaluation threw (handled per PacketWorkerData.onError). */
+export const W_PACKET_ERRORS = 5;
 export const W_HEADER = 8;
 
 /** A port's BatchPort stats, after its PathCounters (COUNTER_SLOTS) in its block. */
@@ -95,6 +97,8 @@ export interface PacketWorkerData {
   readonly ports: readonly PortSpec[];
   readonly paths: PathSettings;
   readonly samples?: SampleSettings | undefined;
+  /** A frame whose evaluation throws: forwarded ('pass', the default) or not ('drop'); counted either way. */
+  readonly onError?: 'pass' | 'drop' | undefined;
   readonly gen: number;
   readonly bundle: TransferredBundle;
   /** For tests: this worker fails to prepare any bundle after its first (a worker that cannot take a bundle the others can). */
@@ -129,6 +133,8 @@ export type FromWorker =
   | { readonly type: 'drop'; readonly port: number; readonly gen: number; readonly rule: number; readonly frame: Uint8Array; readonly origLen: number }
   /** A forwarded frame (a copy) whose sampled checksum was bad; at most one a minute per worker. */
   | { readonly type: 'bad-checksum'; readonly port: number; readonly frame: Uint8Array }
+  /** An evaluation that threw (the first few of a worker, and then 1 in 10,000). */
+  | { readonly type: 'packet-error'; readonly port: number; readonly message: string; readonly count: number }
   /** A port's link went down or came back. */
   | { readonly type: 'link'; readonly port: number; readonly state: 'up' | 'down'; readonly reason: string }
   /** The rule hit counters of generation `gen` (packets, then bytes, per rule), sent when they changed. */

@@ -25,7 +25,7 @@ import type { Logger } from 'pino';
 import { COUNTER_SLOTS, loadErrorOf, PathCounters, shareBundle, type TransferredBundle } from '../engine/index.js';
 import { ERRORS, MoatError } from '../errors/index.js';
 import {
-  CTL_GEN, CTL_HOLD, CTL_SLOTS, HOLD_DROP, HOLD_PASS, PORT_SLOTS, S_BAD_CHECKSUM, S_BATCHES, S_BYTES, S_CHECKSUM_SAMPLED, S_FREEZES, S_LINK_UP, S_PACKETS, S_RING_DROPS, S_SEND_ERRORS, S_SENT, S_TRUNCATED, S_UNJUDGED,
+  W_PACKET_ERRORS, CTL_GEN, CTL_HOLD, CTL_SLOTS, HOLD_DROP, HOLD_PASS, PORT_SLOTS, S_BAD_CHECKSUM, S_BATCHES, S_BYTES, S_CHECKSUM_SAMPLED, S_FREEZES, S_LINK_UP, S_PACKETS, S_RING_DROPS, S_SEND_ERRORS, S_SENT, S_TRUNCATED, S_UNJUDGED,
   W_BATCHES, W_FRAMES, W_GEN, W_HEADER, W_HELD, W_LONGEST_STEP_MS, workerSlots,
   type FromWorker, type OpenerRef, type PacketWorkerData, type PathSettings, type PortSpec, type PrepareCost, type SampleSettings, type ToWorker,
 } from './packet-worker-layout.js';
@@ -56,8 +56,10 @@ export interface PacketWorkersOptions {
   readonly paths?: PathSettings | undefined;
   /** Drop copies and checksum samples the workers report (none by default). */
   readonly samples?: SampleSettings | undefined;
+  /** A frame whose evaluation throws: forwarded ('pass', the default) or not ('drop'). */
+  readonly onError?: 'pass' | 'drop' | undefined;
   /** The workers' reports: drop samples, bad checksums, link changes, rule hits (by worker index). */
-  readonly onEvent?: ((worker: number, m: Extract<FromWorker, { type: 'drop' | 'bad-checksum' | 'link' | 'hits' }>) => void) | undefined;
+  readonly onEvent?: ((worker: number, m: Extract<FromWorker, { type: 'drop' | 'bad-checksum' | 'link' | 'hits' | 'packet-error' }>) => void) | undefined;
   /** Start holding: no bundle yet (see hold()). */
   readonly hold?: 'drop' | 'pass' | undefined;
   readonly log: Logger;
@@ -93,7 +95,7 @@ export interface PortTotals {
 /** Counters read from shared memory: per port (summed over workers) and per worker. */
 export interface WorkerCounters {
   readonly ports: ReadonlyArray<{ readonly iface: string; readonly path: PathCounters; readonly stats: PortTotals }>;
-  readonly workers: ReadonlyArray<{ readonly batches: number; readonly frames: number; readonly held: number; readonly gen: number; readonly longestStepMs: number; readonly restarts: number; readonly ports: readonly PortTotals[] }>;
+  readonly workers: ReadonlyArray<{ readonly batches: number; readonly frames: number; readonly held: number; readonly packetErrors: number; readonly gen: number; readonly longestStepMs: number; readonly restarts: number; readonly ports: readonly PortTotals[] }>;
 }
 
 interface Slot {
@@ -153,7 +155,11 @@ export class PacketWorkers {
     const pw = new PacketWorkers(options);
     pw.current = { gen: 1, bundle: pw.complete(shareBundle(options.bundle)) };
     try {
-      await Promise.all(pw.slots.map((_, w) => pw.spawn(w)));
+      // One after the other: a worker opens its ports in order, and a fanout group numbers its
+      // members in the order they join, so worker i is member i of every port's group and both
+      // directions of a flow (hashed symmetrically) reach the same worker. Started at once, the
+      // workers could join the two ports' groups in different orders.
+      for (let w = 0; w < pw.slots.length; w++) await pw.spawn(w);
     } catch (err) {
       await pw.stop();
       throw err;
@@ -216,7 +222,7 @@ export class PacketWorkers {
         const sum = ports[p]!.stats;
         for (const key of Object.keys(sum) as Array<keyof PortTotals>) sum[key] += pt[key];
       }
-      return { batches: t[W_BATCHES]!, frames: t[W_FRAMES]!, held: t[W_HELD]!, gen: t[W_GEN]!, longestStepMs: t[W_LONGEST_STEP_MS]!, restarts: s.restarts, ports: own };
+      return { batches: t[W_BATCHES]!, frames: t[W_FRAMES]!, held: t[W_HELD]!, packetErrors: t[W_PACKET_ERRORS]!, gen: t[W_GEN]!, longestStepMs: t[W_LONGEST_STEP_MS]!, restarts: s.restarts, ports: own };
     });
     return { ports, workers };
   }
@@ -304,7 +310,7 @@ export class PacketWorkers {
     const slot = this.slots[w]!;
     const data: PacketWorkerData = {
       index: w, control: this.control.buffer as SharedArrayBuffer, counters: slot.counters, opener: this.options.opener, ports: this.specs[w]!,
-      paths: this.options.paths ?? {}, samples: this.options.samples, gen: this.current.gen, bundle: this.current.bundle, failPrepare: this.options.failPrepareIn?.includes(w),
+      paths: this.options.paths ?? {}, samples: this.options.samples, onError: this.options.onError, gen: this.current.gen, bundle: this.current.bundle, failPrepare: this.options.failPrepareIn?.includes(w),
       slowPrepareMs: this.options.slowPrepare?.worker === w ? this.options.slowPrepare.ms : undefined,
     };
     if (this.current.bundle.table !== null) this.table = { id: this.current.bundle.tableId, parts: this.current.bundle.table };
@@ -322,7 +328,7 @@ export class PacketWorkers {
   private onMessage(w: number, t: Worker, m: FromWorker): void {
     const slot = this.slots[w]!;
     if (slot.thread !== t) return;
-    if (m.type === 'drop' || m.type === 'bad-checksum' || m.type === 'link' || m.type === 'hits') {
+    if (m.type === 'drop' || m.type === 'bad-checksum' || m.type === 'link' || m.type === 'hits' || m.type === 'packet-error') {
       this.options.onEvent?.(w, m);
     } else if (m.type === 'ready') {
       slot.ready = true;

@@ -40,7 +40,18 @@ describe('moat daemon --check', () => {
     expect(r.stderr).toContain('reads ip.src.country but no GeoIP country database is given');
     expect(r.stderr).toContain('reads $svc.botnetcc but that list is not given');
     expect(r.code).toBe(0);
-    expect(r.stdout).toBe('OK: inline on ga (outside), gb (inside), judging frames from outside; 4 rules, fields: ip.src ip.src.country tcp.dstport\n');
+    // A veth has one RX queue: one packet worker by default.
+    expect(r.stdout).toBe('OK: inline on ga (outside), gb (inside), judging frames from outside; capture engine ring, 1 packet worker; 4 rules, fields: ip.src ip.src.country tcp.dstport\n');
+  });
+
+  it('says the capture engine and packet workers a start would use, and refuses a filter with the ring engine (5002 naming the key)', async () => {
+    const two = await moat('daemon', '--config', config({ capture: { engine: 'ring', workers: 2 } }), '--check');
+    expect([two.code, two.stderr, two.stdout]).toEqual([0, '', 'OK: monitor on lo; capture engine ring, 2 packet workers; 1 rules, fields: tcp.dstport']);
+    const filtered = await moat('daemon', '--config', config({ capture: { filter: 'tcp' } }), '--check');
+    expect([filtered.code, filtered.stdout]).toEqual([0, 'OK: monitor on lo; capture engine libpcap; 1 rules, fields: tcp.dstport']);
+    const bad = await moat('daemon', '--config', config({ capture: { engine: 'ring', filter: 'tcp' } }), '--check');
+    expect(bad.code).toBe(1);
+    expect(bad.stderr).toMatch(/^moat: error 5002: .*capture\.engine: the ring engine takes no BPF filter/);
   });
 
   it('fails with code 3009 for an interface that does not exist, naming it', async () => {
@@ -143,7 +154,7 @@ describe('moat daemon --check', () => {
     const warn = await moat('daemon', '--config', f, '--check');
     expect(warn.code).toBe(0);
     expect(warn.stderr.split('\n')).toEqual(warnings);
-    expect(warn.stdout).toMatch(/^OK: monitor on lo; 3 rules/);
+    expect(warn.stdout).toMatch(/^OK: monitor on lo; capture engine ring, 1 packet worker; 3 rules/);
     const errors = warnings.map((w) => w.replace('warning 5011', 'error 5011'));
     for (const r of [await moat('daemon', '--config', f, '--check', '--strict'), await moat('daemon', '--config', config({ missingData: 'error' }, rules), '--check')]) {
       expect(r.code).toBe(1);
@@ -167,7 +178,7 @@ describe('moat daemon --check with a control plane', () => {
   it('checks the token file and the state directory, and says that nothing is cached yet', async () => {
     writeFileSync(join(dir, 'gw1.token'), 'moatd_check\n', { mode: 0o600 });
     const r = await moat('daemon', '--config', channel({ tokenFile: join(dir, 'gw1.token') }), '--check');
-    expect([r.code, r.stderr, r.stdout]).toEqual([0, '', 'OK: monitor on lo; control plane ws://127.0.0.1:9, no cached bundle yet; 0 rules, fields: (none)']);
+    expect([r.code, r.stderr, r.stdout]).toEqual([0, '', 'OK: monitor on lo; capture engine ring, 1 packet worker; control plane ws://127.0.0.1:9, no cached bundle yet; 0 rules, fields: (none)']);
   });
 
   it('compiles the cached bundle and names it', async () => {
@@ -179,7 +190,7 @@ describe('moat daemon --check with a control plane', () => {
     await cache.persist(b);
     await cache.makeCurrent(digest);
     const r = await moat('daemon', '--config', channel({ token: 'moatd_x', stateDir: state }), '--check');
-    expect([r.code, r.stderr, r.stdout]).toEqual([0, '', `OK: monitor on lo; control plane ws://127.0.0.1:9, cached bundle ${digest}: 2 rules, fields: tcp.dstport udp.dstport`]);
+    expect([r.code, r.stderr, r.stdout]).toEqual([0, '', `OK: monitor on lo; capture engine ring, 1 packet worker; control plane ws://127.0.0.1:9, cached bundle ${digest}: 2 rules, fields: tcp.dstport udp.dstport`]);
   });
 
   it('fails with 5001 naming a token file that cannot be read', async () => {

@@ -63,11 +63,11 @@ process.stdin.on('data', (chunk) => {
 type Msg = { type: string; seq?: number; result?: string; digest?: string | null; versions?: { account: string | null } };
 type Log = { msg: string; reason?: string; digest?: string };
 
-describe.runIf(RUN)('moat daemon fed by a control plane, inline between two namespaces', () => {
+describe.runIf(RUN).each(['ring', 'libpcap'] as const)('moat daemon fed by a control plane, inline between two namespaces (%s engine)', (engine) => {
   let topo: GatewayTopology;
   let cp: NsProcess;
   let daemon: NsProcess;
-  const state = join(dir, 'state');
+  const state = join(dir, `state-${engine}`);
 
   // A TCP round trip from host A: "ok" when the echo came back, "blocked" when it timed out.
   const tcp = (port: number): Promise<string> => tcpRoundTrip(topo.a.ns, topo.b.ipv4, port);
@@ -85,17 +85,17 @@ describe.runIf(RUN)('moat daemon fed by a control plane, inline between two name
   }
 
   async function startDaemon(name: string, stateDir: string, extra: Record<string, unknown> = {}): Promise<NsProcess> {
-    const file = join(dir, `${name}.jsonc`);
+    const file = join(dir, `${name}-${engine}.jsonc`);
     writeFileSync(file, JSON.stringify({
       mode: 'inline',
       interfaces: [topo.gateway.portA, topo.gateway.portB],
       controlPlane: { url: `ws://127.0.0.1:${CP_PORT}`, token: 'moatd_e2e', stateDir, maxBackoffSeconds: 1 },
-      capture: { ringBytes: 16 << 20 },
+      capture: { engine, ringBytes: 16 << 20 },
       metrics: { listen: '127.0.0.1:9490' },
       ...extra,
     }));
     const p = spawnIn(topo.gateway.ns, process.execPath, [BIN, 'daemon', '--config', file]);
-    await p.waitForLine(/"msg":"daemon running"/, 20_000);
+    expect(JSON.parse(await p.waitForLine(/"msg":"daemon running"/, 20_000)).engine).toBe(engine);
     return p;
   }
 
@@ -150,12 +150,12 @@ describe.runIf(RUN)('moat daemon fed by a control plane, inline between two name
   }, 90_000);
 
   it('with nothing cached and no control plane forwards nothing, and with failOpen everything, until a first bundle', async () => {
-    daemon = await startDaemon('empty', join(dir, 'empty-state'));
+    daemon = await startDaemon('empty', join(dir, `empty-state-${engine}`));
     expect(await tcp(8080)).toBe('blocked');
     expect((await exec(topo.a.ns, 'ping', ['-c', '1', '-W', '1', '10.77.1.2'], { check: false })).code).not.toBe(0);
     await daemon.stop();
 
-    daemon = await startDaemon('open', join(dir, 'open-state'), { failOpen: true });
+    daemon = await startDaemon('open', join(dir, `open-state-${engine}`), { failOpen: true });
     expect([await tcp(8080), await tcp(7000)]).toEqual(['ok', 'ok']);
     cp = await startControlPlane(v2);
     await cp.waitForJson<Msg>((m) => m.type === 'ack', 20_000);

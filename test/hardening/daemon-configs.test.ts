@@ -214,7 +214,7 @@ describe('broken daemon configurations through moat daemon --check', () => {
     const ok = await moat('daemon', '--config', base, '--check');
     // The unbroken configuration passes on this host, so each failure below is its mutation's.
     expect(ok.stderr).toBe('');
-    expect(ok.stdout).toMatch(/^OK: monitor on lo; 1 rules/);
+    expect(ok.stdout).toMatch(/^OK: monitor on lo; capture engine ring, 1 packet worker; 1 rules/);
     const rng = new Rng(SEED);
     const t = { inputs: 0, accepted: 0, crashes: [] as string[], wrong: [] as string[], slowestMs: 0, slowest: '', codes: new Map<number, number>() };
     for (const b of mutations(baseText(), rng)) {
