@@ -564,7 +564,7 @@ export async function runSoak(seconds = 600): Promise<void> {
       `\nVERDICT: no crash (alive after ${f0(duration)} s, /health ${healthy ? 'ok' : `NOT ok (${health.status})`}, ` +
         `clean stop ${stopped?.code === 0 && stoppedLine !== undefined ? 'yes' : 'NO'}); ` +
         `${trend}; ` +
-        `ring drops ${f0(ringLossTotal)}${ringLossTotal <= 0 ? ' (none)' : ''}; ` +
+        `ring drops ${ringLossTotal <= 0 ? `none (ports' rx less frames captured: ${f0(ringLossTotal)})` : f0(ringLossTotal)}; ` +
         `${f0(judged)} packets judged on the ${runsRing ? 'ring' : 'libpcap'} engine at ${f0(udpPps)} pps of UDP`,
     );
   }
