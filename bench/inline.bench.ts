@@ -48,7 +48,7 @@
 // MOAT_BENCH_INLINE_TCP_SECONDS (per path, over all rounds; default 8),
 // MOAT_BENCH_INLINE_PINGS (per path, over all rounds; default 200), MOAT_BENCH_INLINE_CPU_PPS
 // (default 50000), MOAT_BENCH_INLINE_PATHS (e.g. "kernel,ring1"; default every path).
-// Default run: about 5 minutes.
+// Default run: 5-6 minutes.
 
 import { join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
