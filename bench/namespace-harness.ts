@@ -8,6 +8,7 @@ import { cpus, loadavg, tmpdir } from 'node:os';
 import { delimiter, dirname, join } from 'node:path';
 import { execFileSync, spawnSync } from 'node:child_process';
 import { fileURLToPath } from 'node:url';
+import { loadDaemonConfig } from '../src/config/index.js';
 import { exec, gatewayTopology, ip, spawnIn, type GatewayTopology, type NsProcess } from '../test/support/netns.js';
 
 // ---------------------------------------------------------------------------------
@@ -49,7 +50,7 @@ function onPath(name: string): boolean {
 export function namespaceBenchProblem(): string | null {
   if (process.platform !== 'linux') return 'network namespaces need Linux';
   if (process.getuid?.() !== 0) return 'not running as root';
-  const pkgs: Record<string, string> = { ip: 'iproute2', ethtool: 'ethtool', iperf3: 'iperf3', ping: 'iputils-ping', stdbuf: 'coreutils' };
+  const pkgs: Record<string, string> = { ip: 'iproute2', ethtool: 'ethtool', iperf3: 'iperf3', ping: 'iputils-ping', stdbuf: 'coreutils', python3: 'python3' };
   for (const [tool, pkg] of Object.entries(pkgs)) if (!onPath(tool)) return `${tool} is not installed (apt-get install -y ${pkg})`;
   if (!existsSync(GEOIP_COUNTRY) || !existsSync(GEOIP_ASN)) return 'native-fixtures/geoip/*.mmdb are missing';
   return null;
@@ -148,13 +149,26 @@ function listText(count: number, base: number, v6: number): string {
   return `${lines.join('\n')}\n`;
 }
 
+/** The capture settings a benchmark daemon runs with (see capture.* in the daemon configuration). */
+export interface BenchCapture {
+  /** capture.engine; absent: the key is left out (a daemon without it, or its default). */
+  engine?: 'ring' | 'libpcap';
+  /** capture.workers (ring engine only). */
+  workers?: number;
+  /** capture.ringBytes; default 128 MiB. */
+  ringBytes?: number;
+  /** File name of the configuration in `dir`; default daemon.jsonc (several can live side by side). */
+  name?: string;
+}
+
 /** Writes ruleset, lists and daemon configuration into `dir`; returns the configuration path. */
-export function writeDaemonConfig(dir: string, topo: GatewayTopology, ringBytes = 128 << 20): string {
+export function writeDaemonConfig(dir: string, topo: GatewayTopology, capture: BenchCapture = {}): string {
+  const ringBytes = capture.ringBytes ?? 128 << 20;
   const account = join(dir, 'account.json');
   writeFileSync(account, JSON.stringify({ name: 'bench account entrypoint', kind: 'root', phase: 'network_transit', version: '1', rules: BENCH_RULES }, null, 1));
   writeFileSync(join(dir, 'blocklist.txt'), listText(10_000, 0, 200));
   writeFileSync(join(dir, 'scanners.txt'), listText(1_000, 12_000, 50));
-  const config = join(dir, 'daemon.jsonc');
+  const config = join(dir, capture.name ?? 'daemon.jsonc');
   writeFileSync(
     config,
     JSON.stringify(
@@ -167,7 +181,12 @@ export function writeDaemonConfig(dir: string, topo: GatewayTopology, ringBytes 
         rules: { account },
         lists: { 'bench.blocklist': join(dir, 'blocklist.txt'), 'bench.scanners': join(dir, 'scanners.txt') },
         geoip: { country: GEOIP_COUNTRY, asn: GEOIP_ASN },
-        capture: { ringBytes, filter: '' },
+        capture: {
+          ...(capture.engine !== undefined ? { engine: capture.engine } : {}),
+          ...(capture.workers !== undefined ? { workers: capture.workers } : {}),
+          ringBytes,
+          filter: '',
+        },
         metrics: { listen: METRICS_LISTEN, enabled: true },
         // Nothing here should be dropped: if something is, the log says by which rule
         // and the drop capture holds the packets (see dropReport()).
@@ -180,6 +199,24 @@ export function writeDaemonConfig(dir: string, topo: GatewayTopology, ringBytes 
     ),
   );
   return config;
+}
+
+/**
+ * Whether the built daemon's configuration has capture.engine (#19: the ring engine
+ * wired into `moat daemon`). A daemon without it rejects the key as unknown; then it
+ * has one engine, libpcap (cap), and the benchmarks say so.
+ */
+export function daemonHasEngineKey(dir: string, topo: GatewayTopology): boolean {
+  const probe = writeDaemonConfig(dir, topo, { engine: 'libpcap', name: 'engine-probe.jsonc' });
+  try {
+    loadDaemonConfig(probe);
+    return true;
+  } catch (err) {
+    if (/engine/.test((err as Error).message)) return false;
+    throw err;
+  } finally {
+    rmSync(probe, { force: true });
+  }
 }
 
 // ---------------------------------------------------------------------------------

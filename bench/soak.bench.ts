@@ -20,7 +20,11 @@
 // Knobs: MOAT_SOAK_UDP_PPS (skip the calibration), MOAT_SOAK_UDP_STREAMS (default 2),
 // MOAT_SOAK_TCP_MBPS (default 100), MOAT_SOAK_INTERVAL (seconds, default 10),
 // MOAT_SOAK_TRACE_GC (default 1; 0 runs node without --trace-gc, and no heap column),
-// MOAT_SOAK_MARGIN (share of the calibrated rate driven, default 0.9).
+// MOAT_SOAK_MARGIN (share of the calibrated rate driven, default 0.9; 1 when calibrated on
+// another engine), MOAT_BENCH_SOAK_ENGINE ("ring", the default, or "libpcap"): the engine
+// soaked. With ring, the calibration runs on a libpcap daemon first, and the ring daemon is
+// then driven at the rate the old engine held (#19 item 8: no ring drops at that rate);
+// the duration is MOAT_SOAK_SECONDS (default 600) through `npm run bench -- soak`.
 // Alone: `node dist/bench/soak.bench.js [seconds]`.
 
 import { resolve } from 'node:path';
@@ -40,6 +44,7 @@ import {
   parseIperf,
   pidAlive,
   dropReport,
+  daemonHasEngineKey,
   procMemory,
   ruleHits,
   sleep,
@@ -84,6 +89,8 @@ interface Sample {
   forwarded: number;
   captured: number;
   sendErrors: number;
+  /** Frames the kernel dropped because a ring was full (moat_ring_drops_total; ring engine). */
+  ringDrops: number;
   packetErrors: number;
   undecodable: number;
   /** rx counters of the gateway ports, summed. */
@@ -210,6 +217,7 @@ async function takeSample(topo: GatewayTopology, daemon: RunningDaemon, probe: G
     forwarded: v('moat_capture_sent_total'),
     captured: v('moat_capture_packets_total'),
     sendErrors: v('moat_capture_send_errors_total'),
+    ringDrops: v('moat_ring_drops_total'),
     packetErrors: v('moat_packet_errors_total'),
     undecodable: v('moat_undecodable_packets_total'),
     portRx,
@@ -310,15 +318,27 @@ export async function runSoak(seconds = 600): Promise<void> {
   const streams = Number(process.env.MOAT_SOAK_UDP_STREAMS ?? 2);
   const tcpMbps = Number(process.env.MOAT_SOAK_TCP_MBPS ?? 100);
   const traceGc = (process.env.MOAT_SOAK_TRACE_GC ?? '1') !== '0';
-  const margin = Number(process.env.MOAT_SOAK_MARGIN ?? 0.9);
+  const engineKnob = process.env.MOAT_BENCH_SOAK_ENGINE ?? 'ring';
+  if (engineKnob !== 'ring' && engineKnob !== 'libpcap') throw new Error(`MOAT_BENCH_SOAK_ENGINE must be "ring" or "libpcap", not ${JSON.stringify(engineKnob)}`);
   const udpPorts = Array.from({ length: streams }, (_, i) => 5201 + i);
-  const bench = await startNamespaceBench(`\n## Soak: Moat daemon inline in namespaces for ${seconds} s under iperf3 UDP (64-byte) + TCP load`, 'moat-bench-soak-');
+  const bench = await startNamespaceBench(
+    `\n## Soak: Moat daemon inline (${engineKnob} engine) in namespaces for ${seconds} s under iperf3 UDP (64-byte) + TCP load`,
+    'moat-bench-soak-',
+  );
   if (bench === undefined) return;
   const { dir, topo } = bench;
   const samples: Sample[] = [];
   const clients: NsProcess[] = [];
   let daemon: RunningDaemon | undefined;
   let udpPps = Number(process.env.MOAT_SOAK_UDP_PPS ?? NaN);
+  let margin = 0.9;
+  let runsRing = false;
+  const announce = (d: RunningDaemon): void => {
+    runsRing = d.proc.lines.some((l) => /capture engine ring|"engine":"ring"/.test(l));
+    const said = d.proc.lines.map((l) => /capture engine [^"]*/.exec(l)?.[0]).find((x) => x !== undefined);
+    console.log(`daemon pid ${d.pid}${traceGc ? ' (node --trace-gc, stdout line-buffered)' : ''}; ruleset of ${BENCH_RULES.length} rules; its start log: ${said ?? 'no capture engine line (libpcap, before #19)'}`);
+    if (engineKnob === 'ring' && !runsRing) console.log('NOTE: the daemon does not say it runs the ring engine: this soak measures libpcap');
+  };
   let health = { status: 0, body: '' };
   let aliveAtEnd = false;
   let stopped: { code: number | null; signal: NodeJS.Signals | null } | undefined;
@@ -332,9 +352,22 @@ export async function runSoak(seconds = 600): Promise<void> {
   try {
     console.log(`offloads: ${(await describeOffloads(topo)).join('; ')}`);
     for (const port of [...udpPorts, TCP_PORT, CALIBRATION_TCP_PORT]) await startIperfServer(topo, port);
-    const cfg = writeDaemonConfig(dir, topo);
-    daemon = await startDaemon(topo, cfg, traceGc ? { prefix: ['stdbuf', '-oL'], nodeArgs: ['--trace-gc'] } : {});
-    console.log(`daemon pid ${daemon.pid}${traceGc ? ' (node --trace-gc, stdout line-buffered)' : ''}; ruleset of ${BENCH_RULES.length} rules`);
+    // The engine soaked, and the one calibrated on: the rate the old engine (libpcap)
+    // sustains, so that the ring engine is held to it (#19 item 8). A daemon without
+    // capture.engine has one engine, libpcap: both are it.
+    const hasEngineKey = daemonHasEngineKey(dir, topo);
+    const engine = hasEngineKey ? engineKnob : undefined;
+    const calibrationEngine = hasEngineKey ? 'libpcap' : undefined;
+    if (!hasEngineKey) console.log('note: this daemon has no capture.engine (the ring engine is not wired in yet): soaking its one engine, libpcap (cap)');
+    const driveOptions = traceGc ? { prefix: ['stdbuf', '-oL'], nodeArgs: ['--trace-gc'] } : {};
+    const driveCfg = writeDaemonConfig(dir, topo, engine === undefined ? {} : { engine });
+    const calibrating = !Number.isFinite(udpPps);
+    const separateCalibration = calibrating && calibrationEngine !== engine;
+    margin = Number(process.env.MOAT_SOAK_MARGIN ?? (separateCalibration ? 1 : 0.9));
+    daemon = separateCalibration
+      ? await startDaemon(topo, writeDaemonConfig(dir, topo, { engine: calibrationEngine, name: 'daemon-calibration.jsonc' }))
+      : await startDaemon(topo, driveCfg, driveOptions);
+    if (!separateCalibration) announce(daemon);
     const probe = await GatewayProbe.start(topo);
     await waitForPath(topo);
 
@@ -345,7 +378,7 @@ export async function runSoak(seconds = 600): Promise<void> {
     if (!Number.isFinite(udpPps)) {
       const d = daemon;
       const [tcp] = await startClients(topo, [['-p', String(CALIBRATION_TCP_PORT), '-t', '900', '-b', `${tcpMbps}M`]]);
-      console.log(`calibration (${streams} UDP senders, TCP ${tcpMbps} Mbit/s going):`);
+      console.log(`calibration on the ${calibrationEngine ?? 'libpcap'} engine (${streams} UDP senders, TCP ${tcpMbps} Mbit/s going):`);
       const step = async (pps: number, secs: number): Promise<boolean> => {
         const before = await takeSample(topo, d, probe, undefined, Date.now());
         const r = await udpRun(topo, pps, secs, undefined, udpPorts);
@@ -375,11 +408,17 @@ export async function runSoak(seconds = 600): Promise<void> {
       udpPps = Math.round((held * margin) / 1000) * 1000;
       console.log(
         idx >= 0
-          ? `  highest rate held: ${f0(held)} pps; driving at ${Math.round(margin * 100)}% of it (MOAT_SOAK_MARGIN) for headroom over the long run: ${f0(udpPps)} pps`
+          ? `  highest rate held: ${f0(held)} pps; driving at ${Math.round(margin * 100)}% of it (MOAT_SOAK_MARGIN${separateCalibration ? `: the ${engine} engine is held to the rate the old engine sustained` : ': headroom over the long run'}): ${f0(udpPps)} pps`
           : `  no rate on the ladder held: driving at ${f0(udpPps)} pps`,
       );
       await tcp!.stop();
       await sleep(2000);
+    }
+    if (separateCalibration) {
+      await daemon.proc.stop(5_000);
+      daemon = await startDaemon(topo, driveCfg, driveOptions);
+      announce(daemon);
+      await waitForPath(topo);
     }
     console.log(`drive: UDP ${f0(udpPps)} pps of 64-byte datagrams (${streams} senders) + TCP ${tcpMbps} Mbit/s, ${seconds} s; samples every ${interval} s`);
 
@@ -431,11 +470,13 @@ export async function runSoak(seconds = 600): Promise<void> {
     aliveAtEnd = !daemon.proc.done && pidAlive(daemon.pid);
     if (aliveAtEnd) {
       health = await probe.get('/health', SCRAPE_TIMEOUT_MS);
+      // A sample with the wire quiet: the ports' rx counters and the capture's counters
+      // are read while nothing moves, so their difference is ring loss, not the skew of
+      // reading them a few milliseconds apart under load (the per-interval column's).
+      await sleep(1000);
       const last = await takeSample(topo, daemon, probe, gc, started);
-      if (last.t - samples[samples.length - 1]!.t >= 1) {
-        console.log(row(last, samples[samples.length - 1], base) + '   (after the drive)');
-        samples.push(last);
-      }
+      console.log(row(last, samples[samples.length - 1], base) + '   (after the drive, quiet)');
+      samples.push(last);
     } else crashedAt ??= (Date.now() - started) / 1000;
 
     // Clean stop.
@@ -474,7 +515,7 @@ export async function runSoak(seconds = 600): Promise<void> {
   console.log(
     `daemon counters over the drive: ${f0(judged)} frames judged (${f0(judged / span)} per second), ${f0(lastS.forwarded - first.forwarded)} forwarded, ` +
       `${f0(lastS.dropped - first.dropped)} dropped, ${f0(lastS.sendErrors - first.sendErrors)} send errors, ${f0(lastS.packetErrors - first.packetErrors)} packet errors, ` +
-      `${f0(lastS.undecodable - first.undecodable)} undecodable; ring loss ${f0(lastS.portRx - first.portRx - (lastS.captured - first.captured))} frames ` +
+      `${f0(lastS.undecodable - first.undecodable)} undecodable, ${f0(lastS.ringDrops - first.ringDrops)} ring drops (moat_ring_drops_total); ring loss ${f0(lastS.portRx - first.portRx - (lastS.captured - first.captured))} frames ` +
       `(${f2((100 * (lastS.portRx - first.portRx - (lastS.captured - first.captured))) / Math.max(1, lastS.portRx - first.portRx))}% of what the ports received); ` +
       `CPU ${f0((100 * (lastS.cpu - first.cpu)) / span)}% of a core, ${f2(((lastS.cpu - first.cpu) * 1e6) / (lastS.forwarded - first.forwarded))} us per forwarded frame`,
   );
@@ -513,6 +554,7 @@ export async function runSoak(seconds = 600): Promise<void> {
       : grows
         ? `RSS still rising ${f2(rssHalf)} MB/min over the second half: possible leak`
         : `RSS flat over the second half (${f2(rssHalf)} MB/min, threshold 0.5)`;
+  const ringLossTotal = Math.max(lastS.portRx - first.portRx - (lastS.captured - first.captured), lastS.ringDrops - first.ringDrops);
   const healthy = health.status === 200 && /"status":"ok"/.test(health.body);
   if (crashed) {
     console.log(`\nVERDICT: CRASHED at about ${f0(crashedAt ?? duration)} s (${daemon.proc.exitText()}). Last daemon output:`);
@@ -522,7 +564,8 @@ export async function runSoak(seconds = 600): Promise<void> {
       `\nVERDICT: no crash (alive after ${f0(duration)} s, /health ${healthy ? 'ok' : `NOT ok (${health.status})`}, ` +
         `clean stop ${stopped?.code === 0 && stoppedLine !== undefined ? 'yes' : 'NO'}); ` +
         `${trend}; ` +
-        `${f0(judged)} packets judged`,
+        `ring drops ${ringLossTotal <= 0 ? `none (ports' rx less frames captured: ${f0(ringLossTotal)})` : f0(ringLossTotal)}; ` +
+        `${f0(judged)} packets judged on the ${runsRing ? 'ring' : 'libpcap'} engine at ${f0(udpPps)} pps of UDP`,
     );
   }
 }
