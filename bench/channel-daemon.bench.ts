@@ -49,6 +49,7 @@ import { Daemons, Database } from '../src/store/index.js';
 import { MemorySource } from '../test/support/memory-source.js';
 import { buildFrame, TCP } from '../test/support/packet-builder.js';
 import { LoopPauseMeter } from './loop-pause.js';
+import type { BenchGap } from './paced-replay-port.js';
 import { lines } from './harness.js';
 
 const RULE_ROUNDS = Number(process.env.MOAT_BENCH_CHANNEL_RULE_ROUNDS ?? 10);
@@ -225,6 +226,9 @@ interface RingSide {
   costs: Array<{ importMs: number; pathsMs: number; slices: number; longestSliceMs: number }>;
   /** Main thread's longest loop pause per round (no packets there: what the channel's messages and the swap cost it). */
   readonly mainPause: number[];
+  /** Gaps over 3 ms the workers' ports reported (paced-replay-port.ts), with their split; and the windows they fall in. */
+  readonly gaps: BenchGap[];
+  readonly windows: Array<{ from: number; to: number; change: boolean }>;
 }
 
 /** Where C's replay ports read: in0 (outside, judged) the background frames, out0 (inside, unjudged) their replies. */
@@ -253,10 +257,11 @@ async function ringSide(): Promise<RingSide> {
     await daemon.start();
     const workers = daemon.packetWorkers;
     if (workers === undefined || daemon.plan?.engine !== 'ring') throw new Error(`C runs ${daemon.plan?.engine ?? 'no'} engine, not ring`);
-    const side: RingSide = { name: 'C', serve, daemon, workers, base: sv.base, headers: sv.headers, account: sv.account, rulesetId: sv.rulesetId, listId: sv.listId, dataDir, rules: [], lists: [], pauseRules: [], pauseLists: [], perWorker: [], idle: [], steps: [], costs: [], mainPause: [] };
+    const side: RingSide = { name: 'C', serve, daemon, workers, base: sv.base, headers: sv.headers, account: sv.account, rulesetId: sv.rulesetId, listId: sv.listId, dataDir, rules: [], lists: [], pauseRules: [], pauseLists: [], perWorker: [], idle: [], steps: [], costs: [], mainPause: [], gaps: [], windows: [] };
     for (let w = 0; w < RING_WORKERS; w++) {
       (workers.thread(w) as Worker).on('message', (m: { type: string; ok?: boolean; cost?: RingSide['costs'][number] }) => {
         if (m.type === 'prepared' && m.ok === true) side.costs.push(m.cost!);
+        if (m.type === 'bench-gap') side.gaps.push(m as unknown as BenchGap);
       });
     }
     await until("C's first bundle", () => daemon.bundles.status!().bundle === 'live', 60_000);
@@ -282,6 +287,7 @@ async function ringRound(c: RingSide, n: number, list: boolean): Promise<void> {
   main.start();
   c.workers.resetPauses();
   const t0 = now();
+  const from = now();
   if (list) await api(c, 'POST', `/accounts/${c.account}/rules/lists/${c.listId}/items`, [{ ip: `198.18.${n >> 8}.${n & 255}` }]);
   else await api(c, 'POST', `/accounts/${c.account}/rulesets/${c.rulesetId}/rules`, { action: 'block', expression: `tcp.dstport == ${PROBE_PORT + n}`, description: `round ${n}` });
   for (;;) {
@@ -292,6 +298,7 @@ async function ringRound(c: RingSide, n: number, list: boolean): Promise<void> {
   const flippedAt = now();
   await new Promise((r) => setTimeout(r, TAIL_MS));
   const gaps = longestGap(c);
+  c.windows.push({ from, to: now(), change: true });
   c.mainPause.push((await main.stop()).longestMs);
   main.close();
   (list ? c.lists : c.rules).push(flippedAt - t0);
@@ -302,8 +309,10 @@ async function ringRound(c: RingSide, n: number, list: boolean): Promise<void> {
   c.steps.push({ list, importMs: mx((x) => x.importMs), pathsMs: mx((x) => x.pathsMs), sliceMs: mx((x) => x.longestSliceMs), slices: mx((x) => x.slices), stepMs });
   // The noise floor beside it: the same workers and feed, as long, without a change.
   c.workers.resetPauses();
+  const idleFrom = now();
   await new Promise((r) => setTimeout(r, Math.min(1000, flippedAt - t0 + TAIL_MS)));
   c.idle.push(Math.max(...longestGap(c)));
+  c.windows.push({ from: idleFrom, to: now(), change: false });
   await until(`C round ${n}: recorded`, () => c.daemon.bundles.status!().digest !== digestBefore, 10_000);
 }
 
@@ -465,6 +474,14 @@ function reportC(c: RingSide, ab: [Side, Side] | [], f: Fmt, sorted: Sort, mx: M
   }
   console.log(`${'longest worker pause without any change'.padEnd(40)} p50 ${p50(c.idle)}  max ${f(mx(c.idle))}  (a window as long as each round, after it: the noise floor, pacing included)`);
   console.log(`${"C's main thread (no packets), longest pause".padEnd(40)} rules-only max ${f(mx(c.mainPause.filter((_, i) => !c.steps[i]!.list)))}, list change max ${f(mx(c.mainPause.filter((_, i) => c.steps[i]!.list)))}`);
+  // Why the workers paused: each gap over 5 ms split into the thread's time on a CPU and in the run queue.
+  for (const change of [true, false]) {
+    const ws = c.windows.filter((w) => w.change === change);
+    const long = c.gaps.filter((g) => g.gapMs > AIMS.pause && ws.some((w) => g.at >= w.from && g.at <= w.to + 5));
+    const sum = (k: 'gapMs' | 'onCpuMs' | 'runqueueMs') => long.reduce((a, g) => a + g[k], 0);
+    const worst = long.reduce<BenchGap | undefined>((a, g) => (a === undefined || g.gapMs > a.gapMs ? g : a), undefined);
+    console.log(`${`  worker gaps over ${AIMS.pause} ms, ${change ? 'changes' : 'no change'}`.padEnd(40)} ${long.length} gaps, ${sum('gapMs').toFixed(1)} ms: on a CPU ${sum('onCpuMs').toFixed(1)} ms (most in one gap ${mx([0, ...long.map((g) => g.onCpuMs)]).toFixed(2)} ms), runnable but waiting for a CPU ${sum('runqueueMs').toFixed(1)} ms, neither (asleep: the pacing; or blocked) ${(sum('gapMs') - sum('onCpuMs') - sum('runqueueMs')).toFixed(1)} ms${worst === undefined ? '' : `; the longest, ${worst.gapMs.toFixed(1)} ms: ${worst.onCpuMs.toFixed(2)} on a CPU, ${worst.runqueueMs.toFixed(2)} waiting for one`}`);
+  }
   const pc = mx([...c.pauseRules, ...c.pauseLists]);
   console.log(`aim: no packet-worker pause over ${AIMS.pause} ms: ${pc <= AIMS.pause ? 'met' : 'NOT met'} (longest ${pc.toFixed(2)} ms; with no change ${mx(c.idle).toFixed(2)} ms)`);
 }
