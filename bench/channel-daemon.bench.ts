@@ -398,7 +398,8 @@ export async function runChannelDaemonBench(): Promise<void> {
     const total = RULE_ROUNDS + LIST_ROUNDS;
     let lists = 0;
     for (let n = 1; n <= total; n++) {
-      const list = n % Math.ceil(total / LIST_ROUNDS) === 0 && lists < LIST_ROUNDS;
+      // Spread over the rounds: every (total / LIST_ROUNDS)th round, LIST_ROUNDS of them.
+      const list = n % Math.max(1, Math.floor(total / LIST_ROUNDS)) === 0 && lists < LIST_ROUNDS;
       if (list) lists++;
       const turns: Array<() => Promise<void>> = sides.map((s) => () => round(s, n, list));
       const c = ring;
