@@ -17,25 +17,45 @@
 // noise over both): A, the daemon as it is (bundle messages taken and bundles
 // loaded in worker threads), and B, the reference, the daemon before issue
 // #17's item 11 (both on the event loop).
-// Knobs: MOAT_BENCH_CHANNEL_RULE_ROUNDS (30), MOAT_BENCH_CHANNEL_LIST_ROUNDS (5).
+//
+// A third daemon, C, is the daemon as `moat daemon` runs by default: the ring
+// engine, whose packet loops are packet worker threads (packet-workers.ts).
+// Its ports are replay ports (bench/paced-replay-port.ts) handing each worker a
+// batch of the same background frames every ~1 ms per port, for ever; its
+// main thread takes the channel's messages and loads bundles in the loader
+// worker as A's does. Per round, C's figure is each worker's longest gap
+// between the starts of two batches (W_LONGEST_GAP_MS, zeroed at the round's
+// start): with a batch due every ~1 ms, any gap beyond that is a pause of that
+// worker's loop (a prepare's steps, the prepare message's deserialisation, a
+// GC of its heap, the thread descheduled). C's change time is the write to
+// the flip of the workers' generation (each judges with it from its next
+// batch, within ~1 ms); it has no probe frame.
+// Knobs: MOAT_BENCH_CHANNEL_RULE_ROUNDS (10), MOAT_BENCH_CHANNEL_LIST_ROUNDS
+// (3), MOAT_BENCH_CHANNEL_SIDES (ABC: which daemons run), MOAT_BENCH_CHANNEL_WORKERS
+// (C's packet workers, 2), MOAT_BENCH_REPLAY_INTERVAL_MS (C's pacing, 1).
 
 import { spawn, type ChildProcess } from 'node:child_process';
-import { mkdtempSync, rmSync } from 'node:fs';
-import { tmpdir } from 'node:os';
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import type { Worker } from 'node:worker_threads';
+import { loadavg, tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { setFlagsFromString } from 'node:v8';
 import { runInNewContext } from 'node:vm';
 import { pino } from 'pino';
 import { validateDaemonConfig } from '../src/config/index.js';
-import { ChannelBundleSource, Daemon, WorkerLoading, type Port } from '../src/daemon/index.js';
+import { buildPcap } from '../src/capture/index.js';
+import { ChannelBundleSource, Daemon, WorkerLoading, type PacketWorkers, type Port } from '../src/daemon/index.js';
 import { Daemons, Database } from '../src/store/index.js';
 import { MemorySource } from '../test/support/memory-source.js';
 import { buildFrame, TCP } from '../test/support/packet-builder.js';
 import { LoopPauseMeter } from './loop-pause.js';
+import type { BenchGap } from './paced-replay-port.js';
 import { lines } from './harness.js';
 
-const RULE_ROUNDS = Number(process.env.MOAT_BENCH_CHANNEL_RULE_ROUNDS ?? 30);
-const LIST_ROUNDS = Number(process.env.MOAT_BENCH_CHANNEL_LIST_ROUNDS ?? 5);
+const RULE_ROUNDS = Number(process.env.MOAT_BENCH_CHANNEL_RULE_ROUNDS ?? 10);
+const LIST_ROUNDS = Number(process.env.MOAT_BENCH_CHANNEL_LIST_ROUNDS ?? 3);
+const SIDES = process.env.MOAT_BENCH_CHANNEL_SIDES ?? 'ABC';
+const RING_WORKERS = Number(process.env.MOAT_BENCH_CHANNEL_WORKERS ?? 2);
 const LIST_SIZE = 100_000;
 const BIN = new URL('../src/cli/main.js', import.meta.url).pathname;
 /** Frames the pump delivers per turn, before the probe. */
@@ -111,7 +131,18 @@ async function side(name: string, kind: 'worker' | 'in-thread'): Promise<Side> {
   }
 }
 
-async function connected(name: string, kind: 'worker' | 'in-thread', dataDir: string, serve: ChildProcess): Promise<Side> {
+/** What a side's `moat serve` holds: its API's address and credentials, the entrypoint and list, a daemon's channel and token. */
+interface Served {
+  readonly base: string;
+  readonly headers: Record<string, string>;
+  readonly account: string;
+  readonly rulesetId: string;
+  readonly listId: string;
+  readonly channel: string;
+  readonly token: string;
+}
+
+async function served(name: string, dataDir: string, serve: ChildProcess): Promise<Served> {
   const out: string[] = [];
   lines(serve, (l) => out.push(l));
   await until('moat serve', () => out.some((l) => l.includes('try: curl')), 30_000);
@@ -134,6 +165,12 @@ async function connected(name: string, kind: 'worker' | 'in-thread', dataDir: st
   const store = Database.open(dataDir, { mustExist: true });
   const token = store.write(() => new Daemons(store).create({ accountId: account, name: `bench-${name}` }).token);
   store.close();
+  return { base, headers: s0.headers, account, rulesetId: ep['id'] as string, listId: list['id'] as string, channel, token };
+}
+
+async function connected(name: string, kind: 'worker' | 'in-thread', dataDir: string, serve: ChildProcess): Promise<Side> {
+  const { base, headers, account, rulesetId, listId, channel, token } = await served(name, dataDir, serve);
+  const s0 = { headers };
   const config = validateDaemonConfig(
     { mode: 'inline', interfaces: ['in0', 'out0'], controlPlane: { url: channel, token, stateDir: join(dataDir, 'daemon-state') }, metrics: { enabled: false } },
     join(dataDir, 'daemon.jsonc'),
@@ -154,12 +191,129 @@ async function connected(name: string, kind: 'worker' | 'in-thread', dataDir: st
     sources.set(iface, s);
     return s;
   }, source);
-  const side: Side = { name, serve, daemon, input: undefined as unknown as MemorySource, port: undefined as unknown as Port, base, headers: s0.headers, account, rulesetId: ep['id'] as string, listId: list['id'] as string, dataDir, rules: [], lists: [], pauseRules: [], pauseLists: [], gc: [], answered: [], arrived: [], daemonRules: [], daemonLists: [], idle: [], lastMessageAt: 0, steps: [], lastTakeMs: 0 };
+  const side: Side = { name, serve, daemon, input: undefined as unknown as MemorySource, port: undefined as unknown as Port, base, headers: s0.headers, account, rulesetId, listId, dataDir, rules: [], lists: [], pauseRules: [], pauseLists: [], gc: [], answered: [], arrived: [], daemonRules: [], daemonLists: [], idle: [], lastMessageAt: 0, steps: [], lastTakeMs: 0 };
   await daemon.start();
   side.input = sources.get('in0')!;
   side.port = daemon.ports[0]!;
   await until(`${name}'s first bundle`, () => daemon.bundles.status!().bundle === 'live', 60_000);
   return side;
+}
+
+/** C: the daemon as `moat daemon` runs it by default (ring engine, packet workers), its ports paced replays. */
+interface RingSide {
+  readonly name: 'C';
+  readonly serve: ChildProcess;
+  readonly daemon: Daemon;
+  readonly workers: PacketWorkers;
+  readonly base: string;
+  readonly headers: Record<string, string>;
+  readonly account: string;
+  readonly rulesetId: string;
+  readonly listId: string;
+  readonly dataDir: string;
+  /** Per round: write to flip (ms). */
+  readonly rules: number[];
+  readonly lists: number[];
+  /** Per round, the longest gap between two batches of any worker (ms), and each worker's. */
+  readonly pauseRules: number[];
+  readonly pauseLists: number[];
+  readonly perWorker: number[][];
+  /** Per round, the longest gap of any worker in a window as long, after it, without a change. */
+  readonly idle: number[];
+  /** Per round, the prepare's steps on the workers (their longest, over workers): functions made, paths built, longest warm-up slice, warm-up slices. */
+  readonly steps: Array<{ list: boolean; importMs: number; pathsMs: number; sliceMs: number; slices: number; stepMs: number }>;
+  /** The prepare costs the workers reported in the current round. */
+  costs: Array<{ importMs: number; pathsMs: number; slices: number; longestSliceMs: number }>;
+  /** Main thread's longest loop pause per round (no packets there: what the channel's messages and the swap cost it). */
+  readonly mainPause: number[];
+  /** Gaps over 3 ms the workers' ports reported (paced-replay-port.ts), with their split; and the windows they fall in. */
+  readonly gaps: BenchGap[];
+  readonly windows: Array<{ from: number; to: number; change: boolean }>;
+}
+
+/** Where C's replay ports read: in0 (outside, judged) the background frames, out0 (inside, unjudged) their replies. */
+function replayFiles(dir: string): void {
+  writeFileSync(join(dir, 'in0.pcap'), buildPcap(background.map((data) => ({ data }))));
+  const replies = Array.from({ length: 16 }, (_, i) => Buffer.from(buildFrame({ ip: { version: 4, src: '100.64.0.1', dst: `100.64.${i}.10`, ttl: 64 }, l4: { kind: 'tcp', srcPort: 443, dstPort: 40000 + i, flags: TCP.SYN | TCP.ACK } })));
+  writeFileSync(join(dir, 'out0.pcap'), buildPcap(replies.map((data) => ({ data }))));
+}
+
+async function ringSide(): Promise<RingSide> {
+  const dataDir = mkdtempSync(join(tmpdir(), 'moat-bench-chd-'));
+  const serve = spawn(process.execPath, [BIN, 'serve', '--data-dir', dataDir, '--listen', '127.0.0.1:0', '--log-level', 'warn'], { stdio: ['ignore', 'pipe', 'inherit'] });
+  try {
+    const sv = await served('C', dataDir, serve);
+    replayFiles(dataDir);
+    // The workers inherit this process's environment when they start: where their ports read.
+    process.env.MOAT_BENCH_REPLAY_DIR = dataDir;
+    const config = validateDaemonConfig(
+      { mode: 'inline', interfaces: ['in0', 'out0'], capture: { workers: RING_WORKERS }, controlPlane: { url: sv.channel, token: sv.token, stateDir: join(dataDir, 'daemon-state') }, metrics: { enabled: false } },
+      join(dataDir, 'daemon.jsonc'),
+    );
+    const source = new ChannelBundleSource(config, { moat: 'bench', intake: 'worker' });
+    const daemon = new Daemon(config, pino({ level: 'warn' }), () => {
+      throw new Error('the ring engine opens no FrameSource');
+    }, source, { ring: { host: { ringProblem: undefined, cores: RING_WORKERS, rxQueues: () => undefined }, opener: { module: new URL('./paced-replay-port.js', import.meta.url).href, name: 'openPacedReplayPort' } } });
+    await daemon.start();
+    const workers = daemon.packetWorkers;
+    if (workers === undefined || daemon.plan?.engine !== 'ring') throw new Error(`C runs ${daemon.plan?.engine ?? 'no'} engine, not ring`);
+    const side: RingSide = { name: 'C', serve, daemon, workers, base: sv.base, headers: sv.headers, account: sv.account, rulesetId: sv.rulesetId, listId: sv.listId, dataDir, rules: [], lists: [], pauseRules: [], pauseLists: [], perWorker: [], idle: [], steps: [], costs: [], mainPause: [], gaps: [], windows: [] };
+    for (let w = 0; w < RING_WORKERS; w++) {
+      (workers.thread(w) as Worker).on('message', (m: { type: string; ok?: boolean; cost?: RingSide['costs'][number] }) => {
+        if (m.type === 'prepared' && m.ok === true) side.costs.push(m.cost!);
+        if (m.type === 'bench-gap') side.gaps.push(m as unknown as BenchGap);
+      });
+    }
+    await until("C's first bundle", () => daemon.bundles.status!().bundle === 'live', 60_000);
+    await until("C's workers judging", () => workers.counters().workers.every((w) => w.frames > 1000), 30_000);
+    return side;
+  } catch (err) {
+    serve.kill('SIGTERM');
+    rmSync(dataDir, { recursive: true, force: true });
+    throw err;
+  }
+}
+
+const longestGap = (c: RingSide): number[] => c.workers.counters().workers.map((w) => w.longestGapMs);
+
+/** One change through the API on C, timed to the workers' flip, with each worker's longest pause meanwhile. */
+async function ringRound(c: RingSide, n: number, list: boolean): Promise<void> {
+  const genBefore = c.workers.generation;
+  const digestBefore = c.daemon.bundles.status!().digest;
+  collect();
+  await new Promise((r) => setTimeout(r, 20));
+  c.costs = [];
+  const main = new LoopPauseMeter(() => undefined);
+  main.start();
+  c.workers.resetPauses();
+  const t0 = now();
+  const from = now();
+  if (list) await api(c, 'POST', `/accounts/${c.account}/rules/lists/${c.listId}/items`, [{ ip: `198.18.${n >> 8}.${n & 255}` }]);
+  else await api(c, 'POST', `/accounts/${c.account}/rulesets/${c.rulesetId}/rules`, { action: 'block', expression: `tcp.dstport == ${PROBE_PORT + n}`, description: `round ${n}` });
+  for (;;) {
+    if (c.workers.generation !== genBefore) break;
+    if (now() - t0 > 30_000) throw new Error(`C round ${n}: the workers never flipped`);
+    await new Promise((r) => setTimeout(r, 1));
+  }
+  const flippedAt = now();
+  await new Promise((r) => setTimeout(r, TAIL_MS));
+  const gaps = longestGap(c);
+  c.windows.push({ from, to: now(), change: true });
+  c.mainPause.push((await main.stop()).longestMs);
+  main.close();
+  (list ? c.lists : c.rules).push(flippedAt - t0);
+  (list ? c.pauseLists : c.pauseRules).push(Math.max(...gaps));
+  c.perWorker.push(gaps);
+  const stepMs = Math.max(...c.workers.counters().workers.map((w) => w.longestStepMs));
+  const mx = (f: (x: RingSide['costs'][number]) => number) => Math.max(0, ...c.costs.map(f));
+  c.steps.push({ list, importMs: mx((x) => x.importMs), pathsMs: mx((x) => x.pathsMs), sliceMs: mx((x) => x.longestSliceMs), slices: mx((x) => x.slices), stepMs });
+  // The noise floor beside it: the same workers and feed, as long, without a change.
+  c.workers.resetPauses();
+  const idleFrom = now();
+  await new Promise((r) => setTimeout(r, Math.min(1000, flippedAt - t0 + TAIL_MS)));
+  c.idle.push(Math.max(...longestGap(c)));
+  c.windows.push({ from: idleFrom, to: now(), change: false });
+  await until(`C round ${n}: recorded`, () => c.daemon.bundles.status!().digest !== digestBefore, 10_000);
 }
 
 async function operationDone(s: Pick<Side, 'base' | 'headers'>, account: string, id: string): Promise<void> {
@@ -234,17 +388,51 @@ function percentile(sorted: readonly number[], p: number): number {
 export async function runChannelDaemonBench(): Promise<void> {
   console.log(`\n## Control channel: API write -> first packet judged by the new version on a real daemon (moat serve child, Daemon in process; 21 rules + a ${LIST_SIZE.toLocaleString('en-US')}-prefix list), ${RULE_ROUNDS} rules-only and ${LIST_ROUNDS} list changes per side, interleaved`);
   const sides: Side[] = [];
+  let ring: RingSide | undefined;
+  const load = () => loadavg().map((x) => x.toFixed(2)).join(', ');
+  console.log(`load average at the start: ${load()} (sides ${SIDES}; MOAT_BENCH_CHANNEL_SIDES)`);
   try {
-    sides.push(await side('A', 'worker'), await side('B', 'in-thread'));
+    // A and B are compared with each other: they run together or not at all.
+    if (/[AB]/.test(SIDES)) sides.push(await side('A', 'worker'), await side('B', 'in-thread'));
+    if (SIDES.includes('C')) ring = await ringSide();
     const total = RULE_ROUNDS + LIST_ROUNDS;
+    let lists = 0;
     for (let n = 1; n <= total; n++) {
-      const list = n % Math.ceil(total / LIST_ROUNDS) === 0 && sides[0]!.lists.length < LIST_ROUNDS;
-      for (const s of n % 2 === 0 ? sides : [...sides].reverse()) await round(s, n, list);
+      // Spread over the rounds: every (total / LIST_ROUNDS)th round, LIST_ROUNDS of them.
+      const list = n % Math.max(1, Math.floor(total / LIST_ROUNDS)) === 0 && lists < LIST_ROUNDS;
+      if (list) lists++;
+      const turns: Array<() => Promise<void>> = sides.map((s) => () => round(s, n, list));
+      const c = ring;
+      if (c !== undefined) turns.push(() => ringRound(c, n, list));
+      // Each side goes first in turn: the machine's noise is spread over all.
+      for (let k = 0; k < turns.length; k++) await turns[(k + n) % turns.length]!();
     }
     const f = (x: number) => `${x.toFixed(1).padStart(6)} ms`;
     const sorted = (xs: readonly number[]) => [...xs].sort((a, b) => a - b);
-    const [a, b] = sides as [Side, Side];
     const mx = (xs: number[]) => Math.max(...xs);
+    if (sides.length === 2) reportAB(sides as [Side, Side], f, sorted, mx);
+    if (ring !== undefined) reportC(ring, sides as [Side, Side] | [], f, sorted, mx);
+    console.log(`load average at the end: ${load()}`);
+  } finally {
+    for (const s of sides) {
+      await s.daemon.stop();
+      s.serve.kill('SIGTERM');
+      rmSync(s.dataDir, { recursive: true, force: true });
+    }
+    if (ring !== undefined) {
+      await ring.daemon.stop();
+      ring.serve.kill('SIGTERM');
+      rmSync(ring.dataDir, { recursive: true, force: true });
+    }
+  }
+}
+
+type Fmt = (x: number) => string;
+type Sort = (xs: readonly number[]) => number[];
+type Max = (xs: number[]) => number;
+
+function reportAB([a, b]: [Side, Side], f: Fmt, sorted: Sort, mx: Max): void {
+  {
     const row = (label: string, xa: number[], xb: number[], aim?: number) => {
       const sa = sorted(xa);
       const sb = sorted(xb);
@@ -268,11 +456,33 @@ export async function runChannelDaemonBench(): Promise<void> {
     console.log(`${'longest pump pause without any change'.padEnd(40)} p50 ${f(percentile(sorted(a.idle), 50))}  max ${f(mx(a.idle))}  |  B's p50 ${f(percentile(sorted(b.idle), 50))}  max ${f(mx(b.idle))}  (a window as long as each round, after it: this machine's noise floor)`);
     console.log(`longest GC pause of the process in a round: A ${mx(a.gc).toFixed(2)} ms, B ${mx(b.gc).toFixed(2)} ms (one heap: both daemons live in this process)`);
     console.log(`aim: no packet-loop pause over ${AIMS.pause} ms: ${pa <= AIMS.pause ? 'met' : 'NOT met'} (longest ${pa.toFixed(2)} ms, vs ${mx([...b.pauseRules, ...b.pauseLists]).toFixed(2)} ms on the event loop)`);
-  } finally {
-    for (const s of sides) {
-      await s.daemon.stop();
-      s.serve.kill('SIGTERM');
-      rmSync(s.dataDir, { recursive: true, force: true });
-    }
   }
+}
+
+function reportC(c: RingSide, ab: [Side, Side] | [], f: Fmt, sorted: Sort, mx: Max): void {
+  const p50 = (xs: number[]) => f(percentile(sorted(xs), 50));
+  const beside = (pick: (s: Side) => number[]) => (ab.length === 2 ? `  |  A's main-thread loop max ${f(mx(pick(ab[0])))}, B's ${f(mx(pick(ab[1])))}` : '');
+  console.log(`\nC: the default daemon (ring engine, ${RING_WORKERS} packet workers, replay ports with a batch of up to 64 frames every ~${process.env.MOAT_BENCH_REPLAY_INTERVAL_MS ?? 1} ms per port); its figure is each worker's longest gap between two batches in the round`);
+  console.log(`${'write -> workers flipped, rules-only'.padEnd(40)} p50 ${p50(c.rules)}  p99 ${f(percentile(sorted(c.rules), 99))}`);
+  console.log(`${'write -> workers flipped, list change'.padEnd(40)} p50 ${p50(c.lists)}  p99 ${f(percentile(sorted(c.lists), 99))}`);
+  console.log(`${'longest packet-worker pause, rules-only'.padEnd(40)} max ${f(mx(c.pauseRules))}  p50 ${p50(c.pauseRules)}${beside((s) => s.pauseRules)}`);
+  console.log(`${'longest packet-worker pause, list change'.padEnd(40)} max ${f(mx(c.pauseLists))}  p50 ${p50(c.pauseLists)}  (each: ${c.pauseLists.map((x) => x.toFixed(2)).join(', ')})${beside((s) => s.pauseLists)}`);
+  console.log(`${'  per worker, every round'.padEnd(40)} ${c.perWorker.map((g, i) => `${c.steps[i]!.list ? 'L' : 'r'}[${g.map((x) => x.toFixed(1)).join('/')}]`).join(' ')}`);
+  for (const list of [false, true]) {
+    const st = c.steps.filter((x) => x.list === list);
+    const m = (k: 'importMs' | 'pathsMs' | 'sliceMs' | 'stepMs') => mx(st.map((x) => x[k])).toFixed(2);
+    console.log(`the prepare's steps on the workers' loops, ${list ? 'list change' : 'rules-only '}: functions made (one step) max ${m('importMs')} ms, paths max ${m('pathsMs')} ms, warm-up in ${mx(st.map((x) => x.slices))} slices at most, longest ${m('sliceMs')} ms; longest step ${m('stepMs')} ms`);
+  }
+  console.log(`${'longest worker pause without any change'.padEnd(40)} p50 ${p50(c.idle)}  max ${f(mx(c.idle))}  (a window as long as each round, after it: the noise floor, pacing included)`);
+  console.log(`${"C's main thread (no packets), longest pause".padEnd(40)} rules-only max ${f(mx(c.mainPause.filter((_, i) => !c.steps[i]!.list)))}, list change max ${f(mx(c.mainPause.filter((_, i) => c.steps[i]!.list)))}`);
+  // Why the workers paused: each gap over 5 ms split into the thread's time on a CPU and in the run queue.
+  for (const change of [true, false]) {
+    const ws = c.windows.filter((w) => w.change === change);
+    const long = c.gaps.filter((g) => g.gapMs > AIMS.pause && ws.some((w) => g.at >= w.from && g.at <= w.to + 5));
+    const sum = (k: 'gapMs' | 'onCpuMs' | 'runqueueMs') => long.reduce((a, g) => a + g[k], 0);
+    const worst = long.reduce<BenchGap | undefined>((a, g) => (a === undefined || g.gapMs > a.gapMs ? g : a), undefined);
+    console.log(`${`  worker gaps over ${AIMS.pause} ms, ${change ? 'changes' : 'no change'}`.padEnd(40)} ${long.length} gaps, ${sum('gapMs').toFixed(1)} ms: on a CPU ${sum('onCpuMs').toFixed(1)} ms (most in one gap ${mx([0, ...long.map((g) => g.onCpuMs)]).toFixed(2)} ms), runnable but waiting for a CPU ${sum('runqueueMs').toFixed(1)} ms, neither (asleep: the pacing; or blocked) ${(sum('gapMs') - sum('onCpuMs') - sum('runqueueMs')).toFixed(1)} ms${worst === undefined ? '' : `; the longest, ${worst.gapMs.toFixed(1)} ms: ${worst.onCpuMs.toFixed(2)} on a CPU, ${worst.runqueueMs.toFixed(2)} waiting for one`}`);
+  }
+  const pc = mx([...c.pauseRules, ...c.pauseLists]);
+  console.log(`aim: no packet-worker pause over ${AIMS.pause} ms: ${pc <= AIMS.pause ? 'met' : 'NOT met'} (longest ${pc.toFixed(2)} ms; with no change ${mx(c.idle).toFixed(2)} ms)`);
 }

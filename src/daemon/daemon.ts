@@ -517,6 +517,11 @@ export class Daemon {
     return { ports: c.ports.map((p) => p.stats), workers: c.workers.map((w) => ({ frames: w.frames, restarts: w.restarts })) };
   }
 
+  /** Ring engine: the packet workers (their counters, for diagnostics and benchmarks); undefined with libpcap. */
+  get packetWorkers(): PacketWorkers | undefined {
+    return this.workers;
+  }
+
   /** Hits per rule of the running bundle: its evaluator's, or summed over the packet workers (which report them every 100 ms). */
   ruleHits(): Array<{ rule: CompiledRule; packets: number; bytes: number }> {
     const ev = this.evaluator;

@@ -29,6 +29,14 @@ export const W_LONGEST_STEP_MS = 3;
 export const W_HELD = 4;
 /** Frames whose evaluation threw (handled per PacketWorkerData.onError). */
 export const W_PACKET_ERRORS = 5;
+/**
+ * Longest time between the end of one batch and the start of the next on this
+ * worker's event loop (wall-clock ms): under a continuous feed, the longest
+ * pause of its packet loop (a prepare's steps, a message's deserialisation, a
+ * garbage collection, the thread descheduled). An idle port counts too: read
+ * it only while frames keep coming. Zeroed by PacketWorkers.resetPauses().
+ */
+export const W_LONGEST_GAP_MS = 6;
 export const W_HEADER = 8;
 
 /** A port's BatchPort stats, after its PathCounters (COUNTER_SLOTS) in its block. */
@@ -105,6 +113,8 @@ export interface PacketWorkerData {
   readonly failPrepare?: boolean | undefined;
   /** For tests: this worker takes this many ms longer to prepare each bundle after its first (a worker on a busy core), its batches running meanwhile. */
   readonly slowPrepareMs?: number | undefined;
+  /** For tests: this worker's prepare of each bundle after its first blocks its event loop this many ms (a step that stalls the packet loop). */
+  readonly stallPrepareMs?: number | undefined;
 }
 
 /** What a prepare cost the worker's event loop. */

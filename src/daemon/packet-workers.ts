@@ -26,7 +26,7 @@ import { COUNTER_SLOTS, loadErrorOf, PathCounters, shareBundle, type Transferred
 import { ERRORS, MoatError } from '../errors/index.js';
 import {
   W_PACKET_ERRORS, CTL_GEN, CTL_HOLD, CTL_SLOTS, HOLD_DROP, HOLD_PASS, PORT_SLOTS, S_BAD_CHECKSUM, S_BATCHES, S_BYTES, S_CHECKSUM_SAMPLED, S_FREEZES, S_LINK_UP, S_PACKETS, S_RING_DROPS, S_SEND_ERRORS, S_SENT, S_TRUNCATED, S_UNJUDGED,
-  W_BATCHES, W_FRAMES, W_GEN, W_HEADER, W_HELD, W_LONGEST_STEP_MS, workerSlots,
+  W_BATCHES, W_FRAMES, W_GEN, W_HEADER, W_HELD, W_LONGEST_GAP_MS, W_LONGEST_STEP_MS, workerSlots,
   type FromWorker, type OpenerRef, type PacketWorkerData, type PathSettings, type PortSpec, type PrepareCost, type SampleSettings, type ToWorker,
 } from './packet-worker-layout.js';
 
@@ -68,6 +68,8 @@ export interface PacketWorkersOptions {
   readonly failPrepareIn?: readonly number[] | undefined;
   /** For tests: a worker that takes `ms` longer to prepare every bundle after its first (a worker on a busy core). */
   readonly slowPrepare?: { readonly worker: number; readonly ms: number } | undefined;
+  /** For tests: a worker whose prepare of every bundle after its first blocks its event loop `ms` (a step that stalls its packet loop). */
+  readonly stallPrepare?: { readonly worker: number; readonly ms: number } | undefined;
 }
 
 /** A swap's outcome. Never a rejection: a failed swap leaves the running bundle everywhere. */
@@ -95,7 +97,7 @@ export interface PortTotals {
 /** Counters read from shared memory: per port (summed over workers) and per worker. */
 export interface WorkerCounters {
   readonly ports: ReadonlyArray<{ readonly iface: string; readonly path: PathCounters; readonly stats: PortTotals }>;
-  readonly workers: ReadonlyArray<{ readonly batches: number; readonly frames: number; readonly held: number; readonly packetErrors: number; readonly gen: number; readonly longestStepMs: number; readonly restarts: number; readonly ports: readonly PortTotals[] }>;
+  readonly workers: ReadonlyArray<{ readonly batches: number; readonly frames: number; readonly held: number; readonly packetErrors: number; readonly gen: number; readonly longestStepMs: number; readonly longestGapMs: number; readonly restarts: number; readonly ports: readonly PortTotals[] }>;
 }
 
 interface Slot {
@@ -222,9 +224,23 @@ export class PacketWorkers {
         const sum = ports[p]!.stats;
         for (const key of Object.keys(sum) as Array<keyof PortTotals>) sum[key] += pt[key];
       }
-      return { batches: t[W_BATCHES]!, frames: t[W_FRAMES]!, held: t[W_HELD]!, packetErrors: t[W_PACKET_ERRORS]!, gen: t[W_GEN]!, longestStepMs: t[W_LONGEST_STEP_MS]!, restarts: s.restarts, ports: own };
+      return { batches: t[W_BATCHES]!, frames: t[W_FRAMES]!, held: t[W_HELD]!, packetErrors: t[W_PACKET_ERRORS]!, gen: t[W_GEN]!, longestStepMs: t[W_LONGEST_STEP_MS]!, longestGapMs: t[W_LONGEST_GAP_MS]!, restarts: s.restarts, ports: own };
     });
     return { ports, workers };
+  }
+
+  /**
+   * Starts a new measuring window for every worker's longestStepMs and
+   * longestGapMs (they keep their maximum since the last reset). A worker may
+   * write a larger value it measured just before the reset: a window's first
+   * batch can carry the previous window's last gap, no more.
+   */
+  resetPauses(): void {
+    for (const s of this.slots) {
+      const t = new Float64Array(s.counters);
+      t[W_LONGEST_STEP_MS] = 0;
+      t[W_LONGEST_GAP_MS] = 0;
+    }
   }
 
   /** Stops every worker (their ports closed, their last stats copied). Idempotent. */
@@ -312,6 +328,7 @@ export class PacketWorkers {
       index: w, control: this.control.buffer as SharedArrayBuffer, counters: slot.counters, opener: this.options.opener, ports: this.specs[w]!,
       paths: this.options.paths ?? {}, samples: this.options.samples, onError: this.options.onError, gen: this.current.gen, bundle: this.current.bundle, failPrepare: this.options.failPrepareIn?.includes(w),
       slowPrepareMs: this.options.slowPrepare?.worker === w ? this.options.slowPrepare.ms : undefined,
+      stallPrepareMs: this.options.stallPrepare?.worker === w ? this.options.stallPrepare.ms : undefined,
     };
     if (this.current.bundle.table !== null) this.table = { id: this.current.bundle.tableId, parts: this.current.bundle.table };
     const t = new Worker(this.script, { name: `moat-packet-${w}`, workerData: data });

@@ -246,6 +246,41 @@ describe('packet workers', () => {
     for (const cost of outcome.costs) expect(cost.longestSliceMs).toBeLessThan(50);
   }, 60_000);
 
+  it("measure each worker's longest packet-loop pause: a prepare that blocks one worker's loop 60 ms shows there, not on the other, and a reset starts a new window", async () => {
+    const passAll = await loading.loadTransferred(filesOf(writeRules('pass.json', ['tcp.dstport == 1'])));
+    const dropAll = await loading.loadTransferred(filesOf(writeRules('drop.json', ['ip.proto == "tcp"'])));
+    const caps = Array.from({ length: 2 }, (_, w) => writeCapture(`gap-${w}.pcap`, frames(w).slice(0, 40)));
+    // A batch every ~1 ms on each worker for the whole test (repeat: far more than it runs).
+    const ports = (w: number): PortSpec[] => [{ iface: caps[w]!, judge: true, peer: null, options: { batchMax: 4, intervalMs: 1, repeat: 1_000_000 } as PortSpec['options'] }];
+    const pw = await PacketWorkers.start({ workers: 2, ports, opener: opener(), bundle: passAll, log: silent, stallPrepare: { worker: 1, ms: 60 } });
+    try {
+      await until('traffic', () => pw.counters().workers.every((w) => w.frames > 100));
+      pw.resetPauses();
+      expect(pw.counters().workers.map((w) => [w.longestGapMs, w.longestStepMs])).toEqual([[0, 0], [0, 0]]);
+      const outcome = await pw.swap(dropAll);
+      expect(outcome.ok).toBe(true);
+      const after = pw.counters().workers[1]!.batches;
+      await until('batches after the swap', () => pw.counters().workers[1]!.batches > after + 5);
+      const [w0, w1] = pw.counters().workers;
+      // The stalled worker: no batch for the 60 ms its loop was blocked (a stall outside the prepare's timed steps:
+      // longestStepMs does not see it, the gap does).
+      expect(w1!.longestGapMs).toBeGreaterThanOrEqual(60);
+      expect(w1!.longestStepMs).toBeLessThan(60);
+      // The other one prepared without blocking: its batches kept coming (a shared machine may pause it, not 60 ms).
+      expect(w0!.longestGapMs).toBeGreaterThan(0);
+      expect(w0!.longestGapMs).toBeLessThan(60);
+      pw.resetPauses();
+      const batches = pw.counters().workers[1]!.batches;
+      await until('batches in the new window', () => pw.counters().workers[1]!.batches > batches + 20);
+      // A new window without a swap: the 60 ms is gone, the paced batches' gaps remain (about 1 ms each).
+      expect(pw.counters().workers[1]!.longestGapMs).toBeGreaterThan(0);
+      expect(pw.counters().workers[1]!.longestGapMs).toBeLessThan(60);
+      expect(pw.counters().workers[1]!.longestStepMs).toBe(0);
+    } finally {
+      await pw.stop();
+    }
+  }, 60_000);
+
   it('reject for every worker a bundle one worker cannot prepare: the running bundle stays everywhere', async () => {
     const passAll = await loading.loadTransferred(filesOf(writeRules('pass.json', ['tcp.dstport == 1'])));
     const dropAll = await loading.loadTransferred(filesOf(writeRules('drop.json', ['ip.proto == "tcp"'])));
