@@ -48,7 +48,7 @@ const nextTurn = (): Promise<void> => new Promise((resolve) => setImmediate(reso
 interface Pending {
   readonly resolve: (b: LoadedBundle) => void;
   /** Set by loadTransferred: the bundle as the worker sent it, not made again on this thread. */
-  readonly raw?: ((b: TransferredBundle) => void) | undefined;
+  readonly asSent?: ((b: TransferredBundle) => void) | undefined;
   readonly reject: (err: Error) => void;
 }
 
@@ -93,12 +93,12 @@ export class WorkerLoading implements BundleLoading {
    */
   loadTransferred(files: BundleFiles): Promise<TransferredBundle> {
     return new Promise<TransferredBundle>((resolve, reject) => {
-      // The LoadedBundle promise never resolves here (the raw handler answers instead); it rejects as load() would.
+      // The LoadedBundle promise never resolves here (the asSent handler answers instead); it rejects as load() would.
       this.ask(files, resolve).catch(reject);
     });
   }
 
-  private ask(files: BundleFiles, raw: ((b: TransferredBundle) => void) | undefined): Promise<LoadedBundle> {
+  private ask(files: BundleFiles, asSent: ((b: TransferredBundle) => void) | undefined): Promise<LoadedBundle> {
     if (this.stopped) return Promise.reject(new MoatError('BUNDLE_LOADER_FAILED', 'the bundle loader is stopped (the daemon is stopping)'));
     let w: Worker;
     try {
@@ -108,7 +108,7 @@ export class WorkerLoading implements BundleLoading {
     }
     const id = this.nextId++;
     return new Promise<LoadedBundle>((resolve, reject) => {
-      this.pending.set(id, { resolve, reject, raw });
+      this.pending.set(id, { resolve, reject, asSent });
       // The thread keeps the process alive only while it has work (see ensureWorker).
       w.ref();
       w.postMessage({ id, files } satisfies LoaderRequest);
@@ -147,8 +147,8 @@ export class WorkerLoading implements BundleLoading {
       p.reject(loadErrorOf(reply.error));
       return;
     }
-    if (p.raw !== undefined) {
-      p.raw(reply.bundle);
+    if (p.asSent !== undefined) {
+      p.asSent(reply.bundle);
       return;
     }
     const w = this.worker;
