@@ -152,17 +152,17 @@ describe('pushes', () => {
     const listId = await makeList(user.call, user.accountId, 'reused', ['203.0.113.1']);
     await ok(user.call('PUT', entrypoint(user.accountId), { rules: [rule('ip.src in $reused')] }));
     const memo = new Map<string, string[]>();
-    const first = readAccountDeployment(api.store, user.accountId, undefined, memo).lists['reused']!;
+    const first = (await readAccountDeployment(api.services.store, user.accountId, undefined, memo)).lists['reused']!;
     await ok(user.call('PUT', entrypoint(user.accountId), { rules: [rule('ip.src in $reused'), rule('tcp.dstport == 23')] }));
-    const afterRule = readAccountDeployment(api.store, user.accountId, undefined, memo).lists['reused']!;
+    const afterRule = (await readAccountDeployment(api.services.store, user.accountId, undefined, memo)).lists['reused']!;
     await replaceItems(user.call, user.accountId, listId, ['203.0.113.1', '203.0.113.9']);
-    const afterList = readAccountDeployment(api.store, user.accountId, undefined, memo).lists['reused']!;
+    const afterList = (await readAccountDeployment(api.services.store, user.accountId, undefined, memo)).lists['reused']!;
     // Deleted and made again under the same name: another list, whatever its generation.
     await ok(user.call('PUT', entrypoint(user.accountId), { rules: [] }));
     await ok(user.call('DELETE', `/accounts/${user.accountId}/rules/lists/${listId}`));
     await makeList(user.call, user.accountId, 'reused', ['192.0.2.5']);
     await ok(user.call('PUT', entrypoint(user.accountId), { rules: [rule('ip.src in $reused')] }));
-    const remade = readAccountDeployment(api.store, user.accountId, undefined, memo).lists['reused']!;
+    const remade = (await readAccountDeployment(api.services.store, user.accountId, undefined, memo)).lists['reused']!;
     expect([afterRule === first, afterList, remade, memo.size]).toEqual([true, ['203.0.113.1', '203.0.113.9'], ['192.0.2.5'], 2]);
   });
 
