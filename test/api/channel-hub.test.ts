@@ -186,6 +186,22 @@ describe('pushes', () => {
     d.close();
   });
 
+  it('handle a status sent right behind its hello after the hello, while the hello still awaits the store (a connection\'s messages keep their order)', async () => {
+    const user = api.newUser();
+    await ok(user.call('PUT', entrypoint(user.accountId), { rules: [rule('tcp.dstport == 3')] }));
+    const t = token(user.accountId);
+    const c = await ChannelClient.open(url);
+    // One write, two frames: the hello's token check and bundle build await the store before the status is read.
+    c.send({ type: 'hello', protocol: 1, token: t.token, moat: '0.0.0-test', digest: null, lists: [] });
+    c.send({ type: 'status', counters: { passed: 7, dropped: 1, undecodable: 0, swaps: 0 } });
+    expect((await c.next()).type).toBe('welcome');
+    expect((await c.next()).type).toBe('bundle');
+    await waitFor(() => api.services.daemons.get(t.id)?.counters?.passed === 7);
+    expect(api.services.daemons.get(t.id)!.counters).toEqual({ passed: 7, dropped: 1, undecodable: 0, swaps: 0 });
+    expect(api.services.daemons.get(t.id)!.connected).toBe(true);
+    c.close();
+  });
+
   it('build one bundle per account and change, shared by all its daemons', async () => {
     const user = api.newUser();
     const ep = await ok(user.call('PUT', entrypoint(user.accountId), { rules: [rule('tcp.dstport == 1')] }));
