@@ -6,7 +6,7 @@
 
 import { MoatError } from '../errors/index.js';
 import { MANAGED_LISTS } from '../expr/index.js';
-import { ListStore, RulesetStore, Users, type Database } from '../store/index.js';
+import type { Store } from '../store/index.js';
 import { DEFAULT_API_LIMITS } from './limits.js';
 import { listsOfExpression as listsOf, RulesetService, type RulesetView } from './rulesets-service.js';
 
@@ -27,21 +27,19 @@ export interface AccountDeployment {
  * `listMemo`: list contents read before, by ListStore.contentKey (the hub's: a
  * 100k-entry list is read from the database once per change, not on every rule change).
  */
-export function readAccountDeployment(store: Database, accountId: string, zoneId?: string, listMemo?: Map<string, string[]>): AccountDeployment {
-  const rulesets = new RulesetStore(store);
-  const lists = new ListStore(store);
-  const users = new Users(store);
+export async function readAccountDeployment(store: Store, accountId: string, zoneId?: string, listMemo?: Map<string, string[]>): Promise<AccountDeployment> {
   const service = new RulesetService(store, DEFAULT_API_LIMITS);
-  return store.read(() => {
+  return store.read(async (tx) => {
+    const { rulesets, lists } = tx;
     if (zoneId !== undefined) {
-      if (users.zoneAccount(zoneId) !== accountId) throw new MoatError('USER_BAD_INPUT', `zone ${zoneId} is not a zone of account ${accountId}`);
+      if ((await tx.users.zoneAccount(zoneId)) !== accountId) throw new MoatError('USER_BAD_INPUT', `zone ${zoneId} is not a zone of account ${accountId}`);
     }
-    const entry = (zone: string | null) => {
-      const row = rulesets.entrypoint({ accountId, zoneId: zone }, 'network_transit');
-      return row === undefined ? undefined : service.view(row, row.latest_version, true, true);
+    const entry = async (zone: string | null) => {
+      const row = await rulesets.entrypoint({ accountId, zoneId: zone }, 'network_transit');
+      return row === undefined ? undefined : service.view(tx, row, row.latest_version, true, true);
     };
-    const account = entry(null);
-    const zone = zoneId === undefined ? undefined : entry(zoneId);
+    const account = await entry(null);
+    const zone = zoneId === undefined ? undefined : await entry(zoneId);
     const managed: RulesetView[] = [];
     const names = new Set<string>();
     for (const rs of [account, zone]) {
@@ -50,20 +48,20 @@ export function readAccountDeployment(store: Database, accountId: string, zoneId
         if (r.action !== 'execute' || r.enabled === false) continue;
         const id = r.action_parameters?.['id'] as string;
         const pinned = r.action_parameters?.['version'];
-        const row = rulesets.get(id);
+        const row = await rulesets.get(id);
         if (row === undefined) continue;
         const v = typeof pinned === 'string' && /^\d+$/.test(pinned) ? Number(pinned) : row.latest_version;
-        if (!managed.some((x) => x.id === id)) managed.push(service.view(row, v, true, true));
+        if (!managed.some((x) => x.id === id)) managed.push(await service.view(tx, row, v, true, true));
       }
     }
     for (const m of managed) for (const r of m.rules ?? []) for (const n of listsOf(r.expression)) names.add(n);
     const out: Record<string, string[]> = {};
     for (const name of [...names].sort()) {
       const read = () => (MANAGED_LISTS.includes(name) ? lists.managedEntries(name) : lists.entries(accountId, name));
-      const key = listMemo === undefined ? undefined : lists.contentKey(accountId, name);
+      const key = listMemo === undefined ? undefined : await lists.contentKey(accountId, name);
       let entries = key === undefined ? undefined : listMemo!.get(key);
       if (entries === undefined) {
-        entries = read();
+        entries = await read();
         if (key !== undefined) {
           // A list's earlier contents are of no more use: one entry per list.
           const list = key.slice(0, key.lastIndexOf(':') + 1);

@@ -11,6 +11,11 @@
 // dirty, and after the ack it gets the latest (coalescing). Pushes run after
 // commits, from the change feed, so no API write waits for a daemon, and a
 // daemon that never acks or never reads holds up only itself.
+// The store is asynchronous (any Store backend): a connection's messages are
+// handled one after another (a hello that awaits the store holds back the
+// messages behind it, never reorders them), groups are built once even when
+// their first daemons say hello together, refreshes never overlap, and status
+// batches are written in the order they were recorded.
 
 import { createHash } from 'node:crypto';
 import type { IncomingMessage } from 'node:http';
@@ -32,7 +37,7 @@ import {
   type Hello,
   type Welcome,
 } from '../channel/index.js';
-import { Daemons, deploymentFingerprint, nowStamp, type Database, type DaemonIdentity, type RunningRuleset, type StatusUpdate } from '../store/index.js';
+import { nowStamp, type DaemonIdentity, type DaemonsRepo, type RunningRuleset, type StatusUpdate, type Store } from '../store/index.js';
 import { apiError } from './api-error.js';
 import { readAccountDeployment } from './account-deployment.js';
 import type { ChangeFeed } from './change-feed.js';
@@ -91,6 +96,8 @@ interface Conn {
   closed: boolean;
   /** When its hello was recorded (the row's connected_since): its disconnection is recorded only against it. */
   since: string | undefined;
+  /** The handling of its messages so far: the next one runs after it (their order is the daemon's). */
+  queue: Promise<void>;
 }
 
 const sha256 = (s: string): string => createHash('sha256').update(s, 'utf8').digest('hex');
@@ -102,7 +109,7 @@ export class ChannelHub implements Runner {
   private readonly helloTimeoutMs: number;
   private readonly maxUnauthenticated: number;
   private readonly maxBuffered: number;
-  private readonly daemons: Daemons;
+  private readonly daemons: DaemonsRepo;
   private readonly wss: WebSocketServer;
   private readonly conns = new Set<Conn>();
   private readonly byDaemon = new Map<string, Conn>();
@@ -114,13 +121,22 @@ export class ChannelHub implements Runner {
   private unsubscribe: (() => void) | undefined;
   private stopping = false;
   private buildCount = 0;
+  /** Groups being built for their first daemons, by key: daemons saying hello together share one build. */
+  private readonly creating = new Map<string, Promise<Group>>();
+  /** A refresh runs; `refreshAgain`: a signal came meanwhile, so it runs once more. */
+  private refreshing: Promise<void> | undefined;
+  private refreshAgain = false;
+  /** Change signals seen: a group built across one is refreshed once built. */
+  private signals = 0;
+  /** The status batches being written, in order. */
+  private flushing: Promise<void> = Promise.resolve();
   /** List contents read for bundles, by ListStore.contentKey: a rules-only change does not read a 100k-entry list again (~70 ms). */
   private readonly listMemo = new Map<string, string[]>();
   /** Each list content's digest and JSON, made once per content. */
   private readonly listJson = new WeakMap<string[], { digest: string; json: string }>();
 
   constructor(
-    private readonly store: Database,
+    private readonly store: Store,
     private readonly feed: ChangeFeed,
     private readonly logger: RunnerLogger | undefined,
     options: HubOptions = {},
@@ -129,7 +145,7 @@ export class ChannelHub implements Runner {
     this.helloTimeoutMs = options.helloTimeoutMs ?? HELLO_TIMEOUT_SECONDS * 1000;
     this.maxUnauthenticated = options.maxUnauthenticatedPerAddress ?? 16;
     this.maxBuffered = options.maxBufferedBytes ?? 32 * 1024 * 1024;
-    this.daemons = new Daemons(store);
+    this.daemons = store.daemons;
     this.wss = new WebSocketServer({
       noServer: true,
       maxPayload: MAX_DAEMON_MESSAGE,
@@ -157,7 +173,7 @@ export class ChannelHub implements Runner {
 
   start(): void {
     if (this.heartbeat !== undefined || this.stopping) return;
-    this.unsubscribe = this.feed.subscribe(() => this.refresh());
+    this.unsubscribe = this.feed.subscribe(() => void this.refresh());
     this.heartbeat = setInterval(() => this.tick(), this.heartbeatSeconds * 1000);
     this.heartbeat.unref();
   }
@@ -172,7 +188,8 @@ export class ChannelHub implements Runner {
     // The close frames go out and most daemons answer at once; those that do not within a second are cut.
     for (let waited = 0; this.conns.size > 0 && waited < 1000; waited += 20) await new Promise((r) => setTimeout(r, 20));
     for (const c of [...this.conns]) c.ws.terminate();
-    this.flush();
+    await this.refreshing;
+    await this.flush();
     this.wss.close();
   }
 
@@ -209,6 +226,7 @@ export class ChannelHub implements Runner {
       countersDirty: false,
       closed: false,
       since: undefined,
+      queue: Promise.resolve(),
     };
     this.conns.add(c);
     // The 'error' listener keeps a bad frame (too big: ws closes with 1009) from becoming an uncaught error.
@@ -225,25 +243,32 @@ export class ChannelHub implements Runner {
     ws.on('message', (data: Buffer, isBinary: boolean) => {
       if (c.closed) return;
       c.lastHeard = Date.now();
-      if (isBinary) return this.close(c, CLOSE.PROTOCOL_ERROR, 'binary frames are not part of the protocol: send JSON text frames');
-      let msg: DaemonMessage;
-      try {
-        msg = parseDaemonMessage(data.toString('utf8'));
-      } catch (err) {
-        const e = err instanceof ProtocolError ? err : new ProtocolError(String(err));
-        return this.close(c, e.close, e.message);
-      }
-      try {
-        this.receive(c, msg);
-      } catch (err) {
-        this.logger?.error({ address, err: (err as Error).message }, 'channel message failed');
-        this.close(c, CLOSE.INTERNAL, 'internal error');
-      }
+      // Handled after the messages before it (a hello may still await the store).
+      c.queue = c.queue.then(() => this.handle(c, data, isBinary));
     });
   }
 
-  private receive(c: Conn, msg: DaemonMessage): void {
-    if (msg.type === 'hello') return this.hello(c, msg);
+  /** One message of a connection, after the ones before it; never rejects (a failure closes the connection). */
+  private async handle(c: Conn, data: Buffer, isBinary: boolean): Promise<void> {
+    if (c.closed) return;
+    if (isBinary) return this.close(c, CLOSE.PROTOCOL_ERROR, 'binary frames are not part of the protocol: send JSON text frames');
+    let msg: DaemonMessage;
+    try {
+      msg = parseDaemonMessage(data.toString('utf8'));
+    } catch (err) {
+      const e = err instanceof ProtocolError ? err : new ProtocolError(String(err));
+      return this.close(c, e.close, e.message);
+    }
+    try {
+      if (msg.type === 'hello') await this.hello(c, msg);
+      else this.receive(c, msg);
+    } catch (err) {
+      this.logger?.error({ address: c.address, err: (err as Error).message }, 'channel message failed');
+      this.close(c, CLOSE.INTERNAL, 'internal error');
+    }
+  }
+
+  private receive(c: Conn, msg: Exclude<DaemonMessage, Hello>): void {
     if (c.daemon === undefined) return this.close(c, CLOSE.PROTOCOL_ERROR, `${msg.type} before hello: the first message is a hello`);
     if (msg.type === 'status') {
       c.counters = msg.counters;
@@ -266,12 +291,14 @@ export class ChannelHub implements Runner {
     this.pump(c);
   }
 
-  private hello(c: Conn, hello: Hello): void {
+  private async hello(c: Conn, hello: Hello): Promise<void> {
     if (c.daemon !== undefined) return this.close(c, CLOSE.PROTOCOL_ERROR, 'a second hello: say hello once per connection');
     if (hello.protocol !== PROTOCOL_VERSION) {
       return this.close(c, CLOSE.UNSUPPORTED_PROTOCOL, `protocol ${hello.protocol} is not spoken here; this control plane speaks ${PROTOCOL_VERSION}`);
     }
-    const daemon = this.daemons.verify(hello.token);
+    const daemon = await this.daemons.verify(hello.token);
+    // Closed while the store answered (hello timeout, the peer left, shutdown): nothing more to do.
+    if (c.closed) return;
     if (daemon === undefined) return this.close(c, CLOSE.UNAUTHORIZED, 'unknown token: create one with `moat daemons create`');
     if (daemon.revoked) return this.close(c, CLOSE.REVOKED, `token revoked (daemon ${daemon.name})`);
     this.authenticated(c);
@@ -291,7 +318,8 @@ export class ChannelHub implements Runner {
     const at = nowStamp();
     c.since = at;
     this.record({ kind: 'connected', id: daemon.id, at, remoteAddress: c.address, moatVersion: hello.moat });
-    const group = this.join(c, daemon);
+    const group = await this.join(c, daemon);
+    if (group === undefined) return;
     if (hello.digest === group.built.digest) {
       c.ws.send(JSON.stringify({ type: 'up_to_date', digest: group.built.digest }));
       this.record({ kind: 'applied', id: daemon.id, at, digest: group.built.digest, versions: group.built.versions, rulesets: group.built.rulesets });
@@ -309,25 +337,49 @@ export class ChannelHub implements Runner {
     else this.unauthenticated.set(c.address, n);
   }
 
-  private join(c: Conn, d: DaemonIdentity): Group {
+  /** Puts the connection in its group, building the group when it is the first; undefined when the connection closed meanwhile. */
+  private async join(c: Conn, d: DaemonIdentity): Promise<Group | undefined> {
     const key = `${d.account_id}/${d.zone_id ?? ''}`;
     let g = this.groups.get(key);
     if (g === undefined) {
-      const fingerprint = deploymentFingerprint(this.store, d.account_id, d.zone_id);
-      g = { accountId: d.account_id, zoneId: d.zone_id, fingerprint, built: this.build(d.account_id, d.zone_id), conns: new Set() };
-      this.groups.set(key, g);
+      let making = this.creating.get(key);
+      if (making === undefined) {
+        making = this.createGroup(key, d.account_id, d.zone_id);
+        this.creating.set(key, making);
+      }
+      g = await making;
+    }
+    if (c.closed) {
+      // A group nobody joined is not kept (as when its last connection closes).
+      if (g.conns.size === 0 && this.groups.get(key) === g) this.groups.delete(key);
+      return undefined;
     }
     g.conns.add(c);
     c.group = g;
     return g;
   }
 
+  private async createGroup(key: string, accountId: string, zoneId: string | null): Promise<Group> {
+    const signals = this.signals;
+    try {
+      // The fingerprint is read before the deployment: a commit between them leaves it older, never newer, than the bundle (the next refresh rebuilds).
+      const fingerprint = await this.daemons.deploymentFingerprint(accountId, zoneId);
+      const g: Group = { accountId, zoneId, fingerprint, built: await this.build(accountId, zoneId), conns: new Set() };
+      this.groups.set(key, g);
+      // A signal came while it was built: a refresh that ran meanwhile did not see this group.
+      if (this.signals !== signals) void this.refresh();
+      return g;
+    } finally {
+      this.creating.delete(key);
+    }
+  }
+
   /** Reads a group's deployment and serializes what every variant of its bundle shares. */
-  private build(accountId: string, zoneId: string | null): Built {
+  private async build(accountId: string, zoneId: string | null): Promise<Built> {
     this.buildCount++;
     // Each list keeps one entry (its latest contents); deleted lists' stay until this bound clears them all.
     if (this.listMemo.size > 256) this.listMemo.clear();
-    const dep = readAccountDeployment(this.store, accountId, zoneId ?? undefined, this.listMemo);
+    const dep = await readAccountDeployment(this.store, accountId, zoneId ?? undefined, this.listMemo);
     const names = Object.keys(dep.lists).sort();
     const lists = names.map((name) => {
       const entries = dep.lists[name]!;
@@ -375,21 +427,41 @@ export class ChannelHub implements Runner {
     }
   }
 
-  /** After a change signal: rebuild the groups whose deployment changed, push, and close revoked daemons. */
-  refresh(): void {
-    if (this.stopping) return;
+  /**
+   * After a change signal: rebuild the groups whose deployment changed, push,
+   * and close revoked daemons. Refreshes never overlap: signals during one
+   * make it run once more (merged). Resolves when no refresh is left to run.
+   */
+  refresh(): Promise<void> {
+    this.signals++;
+    if (this.stopping) return Promise.resolve();
+    if (this.refreshing !== undefined) {
+      this.refreshAgain = true;
+      return this.refreshing;
+    }
+    this.refreshing = (async () => {
+      do {
+        this.refreshAgain = false;
+        await this.refreshOnce();
+      } while (this.refreshAgain && !this.stopping);
+      this.refreshing = undefined;
+    })();
+    return this.refreshing;
+  }
+
+  private async refreshOnce(): Promise<void> {
     try {
-      for (const g of this.groups.values()) {
-        const fp = deploymentFingerprint(this.store, g.accountId, g.zoneId);
+      for (const g of [...this.groups.values()]) {
+        const fp = await this.daemons.deploymentFingerprint(g.accountId, g.zoneId);
         if (fp === g.fingerprint) continue;
         const before = g.built.digest;
-        g.built = this.build(g.accountId, g.zoneId);
+        g.built = await this.build(g.accountId, g.zoneId);
         // Only once built: a build that failed is tried again on the next signal.
         g.fingerprint = fp;
         if (g.built.digest === before) continue;
         for (const c of g.conns) this.pump(c);
       }
-      for (const id of this.daemons.revokedAmong([...this.byDaemon.keys()])) this.revoked(id);
+      for (const id of await this.daemons.revokedAmong([...this.byDaemon.keys()])) this.revoked(id);
     } catch (err) {
       this.logger?.error({ err: (err as Error).message }, 'channel refresh failed');
     }
@@ -412,30 +484,35 @@ export class ChannelHub implements Runner {
       c.countersDirty = false;
       this.pump(c);
     }
-    this.flush();
+    void this.flush();
   }
 
   /** Status changes are written in batches: 1,000 hellos are one transaction, not 1,000. */
   private record(u: StatusUpdate): void {
     this.pending.push(u);
     if (this.flushTimer === undefined) {
-      this.flushTimer = setTimeout(() => this.flush(), 25);
+      this.flushTimer = setTimeout(() => void this.flush(), 25);
       this.flushTimer.unref();
     }
   }
 
-  private flush(): void {
+  /** Writes the pending status updates after the batches before them; resolves when they are written (or given up). */
+  private flush(): Promise<void> {
     if (this.flushTimer !== undefined) clearTimeout(this.flushTimer);
     this.flushTimer = undefined;
     const batch = this.pending;
     this.pending = [];
-    if (batch.length === 0 || !this.store.db.open) return;
-    try {
-      this.daemons.recordStatus(batch);
-    } catch (err) {
-      // Status is worth less than the API's writes: a busy database drops one batch, the next heartbeat writes again.
-      this.logger?.warn({ err: (err as Error).message, updates: batch.length }, 'fleet status not recorded');
-    }
+    if (batch.length === 0) return this.flushing;
+    this.flushing = this.flushing.then(async () => {
+      if (this.store.closed) return;
+      try {
+        await this.daemons.recordStatus(batch);
+      } catch (err) {
+        // Status is worth less than the API's writes: a busy database drops one batch, the next heartbeat writes again.
+        this.logger?.warn({ err: (err as Error).message, updates: batch.length }, 'fleet status not recorded');
+      }
+    });
+    return this.flushing;
   }
 
   private close(c: Conn, code: number, reason: string): void {

@@ -70,11 +70,17 @@ export class LoadBalancingService {
     /** The repository the API reads and writes through. */
     private readonly repo: LoadBalancingRepo,
     options: LoadBalancingOptions = {},
-    /** The synchronous repository of the same SQLite database (the health monitor's and its listeners', until they move to the Store). */
-    readonly store: LoadBalancingStore,
+    /** The synchronous repository of the same SQLite database (tests), when the store is SQLite's. */
+    private readonly sqlite?: LoadBalancingStore,
   ) {
     this.minInterval = options.minIntervalSeconds ?? DEFAULT_MIN_INTERVAL;
     this.rawSockets = options.rawSockets ?? rawSocketsAllowed();
+  }
+
+  /** SQLite only (tests): the synchronous repository of the same database; throws on another backend. */
+  get store(): LoadBalancingStore {
+    if (this.sqlite === undefined) throw new Error('loadBalancing.store exists only on SQLite stores; use the Store\'s asynchronous repositories');
+    return this.sqlite;
   }
 
   // ---- monitors

@@ -3,12 +3,12 @@
 // versions numbered "1", "2", ... and never reused, stable rule ids whose
 // version moves only when their definition changes, rule positions, execute
 // references, the deletion rules, and dry runs. Every write validates first
-// and runs in one IMMEDIATE transaction, so concurrent writers stay linear.
+// and runs in one Store write transaction, so concurrent writers stay linear.
 
 import type { MoatError } from '../errors/index.js';
 import { checkExpression } from '../expr/index.js';
 import { TRANSIT_SCHEME } from '../packet/index.js';
-import { ListStore, newId, nowStamp, RulesetStore, type Database, type RulesetRow, type StoredRule, type VersionStamp } from '../store/index.js';
+import { newId, nowStamp, type Repos, type RulesetRow, type Store, type StoredRule, type VersionStamp } from '../store/index.js';
 import { ApiErrors, apiError, invalidField } from './api-error.js';
 import type { Scope } from './auth.js';
 import { digestEtag } from './conditional.js';
@@ -48,23 +48,23 @@ function sameDefinition(a: StoredRule, b: StoredRule): boolean {
 /** Where a rule goes: `position` of an add or PATCH. */
 type Position = { kind: 'before' | 'after'; ruleId: string } | { kind: 'index'; index: number };
 
-/** Rulesets of one database, as the API sees them. */
+/** Rulesets of one store, as the API sees them. */
 export class RulesetService {
-  readonly rulesets: RulesetStore;
-  private readonly lists: ListStore;
   /** The v4 envelopes of versions GETs answered, by stamp (see cachedView). */
   readonly responses: ResponseCache;
 
   constructor(
-    private readonly store: Database,
+    private readonly store: Store,
     private readonly limits: ApiLimits,
   ) {
-    this.rulesets = new RulesetStore(store);
-    this.lists = new ListStore(store);
     this.responses = new ResponseCache(limits.responseCacheBytes);
   }
 
   // ---- reading -------------------------------------------------------------
+  //
+  // Every helper takes the repositories it reads through (`tx`): those of one
+  // read or write transaction, so that a view and the checks before it see one
+  // snapshot, and a write's reads are under its lock.
 
   private visible<R extends Pick<RulesetRow, 'kind' | 'account_id' | 'zone_id'>>(row: R | undefined, scope: Scope): row is R {
     if (row === undefined) return false;
@@ -72,21 +72,21 @@ export class RulesetService {
     return scope.level === 'account' ? row.account_id === scope.accountId && row.zone_id === null : row.zone_id === scope.zoneId;
   }
 
-  private find(scope: Scope, id: string): RulesetRow {
-    const row = this.rulesets.get(id);
+  private async find(tx: Repos, scope: Scope, id: string): Promise<RulesetRow> {
+    const row = await tx.rulesets.get(id);
     if (!this.visible(row, scope)) throw apiError('RULESET_NOT_FOUND', `Could not find ruleset ${id}`);
     return row;
   }
 
-  private writable(scope: Scope, id: string): RulesetRow {
-    const row = this.find(scope, id);
+  private async writable(tx: Repos, scope: Scope, id: string): Promise<RulesetRow> {
+    const row = await this.find(tx, scope, id);
     if (row.kind === 'managed') throw apiError('RULESET_MANAGED_READONLY', 'Managed rulesets cannot be changed; deploy them with an execute rule and use overrides');
     return row;
   }
 
-  /** The view of one version; customers see managed rules without their expressions. */
-  view(row: RulesetRow, version: number, withRules = true, operator = false): RulesetView {
-    const v = this.rulesets.version(row.id, version);
+  /** The view of one version (read through `tx`); customers see managed rules without their expressions. */
+  async view(tx: Repos, row: RulesetRow, version: number, withRules = true, operator = false): Promise<RulesetView> {
+    const v = await tx.rulesets.version(row.id, version);
     if (v === undefined) throw apiError('RULESET_VERSION_NOT_FOUND', `Could not find version ${version} of ruleset ${row.id}`);
     const out: RulesetView = {
       id: row.id,
@@ -104,88 +104,93 @@ export class RulesetService {
   }
 
   /** Rulesets at a level (without rules), a page at a time. */
-  list(scope: Scope, cursor: string | undefined, perPage: number): { result: RulesetView[]; cursor: string | undefined } {
+  async list(scope: Scope, cursor: string | undefined, perPage: number): Promise<{ result: RulesetView[]; cursor: string | undefined }> {
     let after = 0;
     if (cursor !== undefined && cursor !== '') {
       after = Number(Buffer.from(cursor, 'base64url').toString());
       if (!Number.isSafeInteger(after) || after < 0) throw apiError('API_BAD_QUERY', 'invalid cursor', { pointer: 'cursor' });
     }
-    return this.store.read(() => {
-      const rows = this.rulesets.list({ accountId: scope.accountId, zoneId: scope.zoneId }, after, perPage + 1);
+    return this.store.read(async (tx) => {
+      const rows = await tx.rulesets.list({ accountId: scope.accountId, zoneId: scope.zoneId }, after, perPage + 1);
       const page = rows.slice(0, perPage);
       const more = rows.length > perPage;
-      return {
-        result: page.map((r) => this.view(r, r.latest_version, false)),
-        cursor: more ? Buffer.from(String(page[page.length - 1]!.rowid)).toString('base64url') : undefined,
-      };
+      const result: RulesetView[] = [];
+      for (const r of page) result.push(await this.view(tx, r, r.latest_version, false));
+      return { result, cursor: more ? Buffer.from(String(page[page.length - 1]!.rowid)).toString('base64url') : undefined };
     });
   }
 
   /** The latest version of a ruleset. */
-  get(scope: Scope, id: string): RulesetView {
-    return this.store.read(() => {
-      const row = this.find(scope, id);
-      return this.view(row, row.latest_version);
+  async get(scope: Scope, id: string): Promise<RulesetView> {
+    return this.store.read(async (tx) => {
+      const row = await this.find(tx, scope, id);
+      return this.view(tx, row, row.latest_version);
     });
   }
 
   /** Every version of a ruleset, without rules. */
-  versions(scope: Scope, id: string): RulesetView[] {
-    return this.store.read(() => {
-      const row = this.find(scope, id);
-      return this.rulesets.versions(row.id).map((v) => this.view(row, v.version, false));
+  async versions(scope: Scope, id: string): Promise<RulesetView[]> {
+    return this.store.read(async (tx) => {
+      const row = await this.find(tx, scope, id);
+      return this.versionViews(tx, row);
     });
   }
 
+  private async versionViews(tx: Repos, row: RulesetRow): Promise<RulesetView[]> {
+    const out: RulesetView[] = [];
+    for (const v of await tx.rulesets.versions(row.id)) out.push(await this.view(tx, row, v.version, false));
+    return out;
+  }
+
   /** One version of a ruleset. */
-  version(scope: Scope, id: string, version: string): RulesetView {
-    return this.store.read(() => this.view(this.find(scope, id), versionNumber(version, id)));
+  async version(scope: Scope, id: string, version: string): Promise<RulesetView> {
+    return this.store.read(async (tx) => this.view(tx, await this.find(tx, scope, id), versionNumber(version, id)));
   }
 
   /** The rules of one version that carry `tag` in their categories. */
-  byTag(scope: Scope, id: string, version: string, tag: string): RulesetView {
-    return this.store.read(() => {
-      const v = this.view(this.find(scope, id), versionNumber(version, id));
+  async byTag(scope: Scope, id: string, version: string, tag: string): Promise<RulesetView> {
+    return this.store.read(async (tx) => {
+      const v = await this.view(tx, await this.find(tx, scope, id), versionNumber(version, id));
       v.rules = (v.rules ?? []).filter((r) => (r.categories ?? []).includes(tag));
       return v;
     });
   }
 
-  private entrypointRow(scope: Scope, phase: string): RulesetRow {
+  private async entrypointRow(tx: Repos, scope: Scope, phase: string): Promise<RulesetRow> {
     const p = canonicalPhase(phase);
     if (p === undefined) throw apiError('RULESET_BAD_PHASE_NAME', `'${phase}' is not a valid phase; phases are ${PHASES.join(', ')}`);
-    const row = this.rulesets.entrypoint({ accountId: scope.accountId, zoneId: scope.zoneId }, p);
+    const row = await tx.rulesets.entrypoint({ accountId: scope.accountId, zoneId: scope.zoneId }, p);
     if (row === undefined) throw apiError('ENTRYPOINT_NOT_FOUND', `could not find entrypoint ruleset in the ${phase} phase`);
     return row;
   }
 
   /** The entrypoint of a phase (404 with 10003 when there is none). */
-  entrypoint(scope: Scope, phase: string): RulesetView {
-    return this.store.read(() => {
-      const row = this.entrypointRow(scope, phase);
-      return this.view(row, row.latest_version);
+  async entrypoint(scope: Scope, phase: string): Promise<RulesetView> {
+    return this.store.read(async (tx) => {
+      const row = await this.entrypointRow(tx, scope, phase);
+      return this.view(tx, row, row.latest_version);
     });
   }
 
   /** Versions of an entrypoint; [] when the entrypoint does not exist. */
-  entrypointVersions(scope: Scope, phase: string): RulesetView[] {
-    return this.store.read(() => {
+  async entrypointVersions(scope: Scope, phase: string): Promise<RulesetView[]> {
+    return this.store.read(async (tx) => {
       let row: RulesetRow;
       try {
-        row = this.entrypointRow(scope, phase);
+        row = await this.entrypointRow(tx, scope, phase);
       } catch (err) {
         if ((err as MoatError).errorName === 'ENTRYPOINT_NOT_FOUND') return [];
         throw err;
       }
-      return this.rulesets.versions(row.id).map((v) => this.view(row, v.version, false));
+      return this.versionViews(tx, row);
     });
   }
 
   /** One version of an entrypoint. */
-  entrypointVersion(scope: Scope, phase: string, version: string): RulesetView {
-    return this.store.read(() => {
-      const row = this.entrypointRow(scope, phase);
-      return this.view(row, versionNumber(version, row.id));
+  async entrypointVersion(scope: Scope, phase: string, version: string): Promise<RulesetView> {
+    return this.store.read(async (tx) => {
+      const row = await this.entrypointRow(tx, scope, phase);
+      return this.view(tx, row, versionNumber(version, row.id));
     });
   }
 
@@ -201,42 +206,48 @@ export class RulesetService {
   // serializing its 13 KB took 74-92 us per GET (in process); a hit takes 10.
 
   /** GET /rulesets/{id}: the latest version's envelope. */
-  getResponse(scope: Scope, id: string): CachedResponse {
+  async getResponse(scope: Scope, id: string): Promise<CachedResponse> {
     return this.cachedView(
       scope,
-      () => this.rulesets.stamp(id),
-      () => this.get(scope, id),
+      (r) => r.stamp(id),
+      (tx) => this.find(tx, scope, id).then((row) => this.view(tx, row, row.latest_version)),
     );
   }
 
   /** GET /rulesets/{id}/versions/{version}. */
-  versionResponse(scope: Scope, id: string, version: string): CachedResponse {
+  async versionResponse(scope: Scope, id: string, version: string): Promise<CachedResponse> {
     const n = cacheableVersion(version);
     return this.cachedView(
       scope,
-      () => (n === undefined ? undefined : this.rulesets.stamp(id, n)),
-      () => this.version(scope, id, version),
+      (r) => (n === undefined ? Promise.resolve(undefined) : r.stamp(id, n)),
+      async (tx) => this.view(tx, await this.find(tx, scope, id), versionNumber(version, id)),
     );
   }
 
   /** GET /rulesets/phases/{phase}/entrypoint. */
-  entrypointResponse(scope: Scope, phase: string): CachedResponse {
+  async entrypointResponse(scope: Scope, phase: string): Promise<CachedResponse> {
     const p = canonicalPhase(phase);
     return this.cachedView(
       scope,
-      () => (p === undefined ? undefined : this.rulesets.entrypointStamp({ accountId: scope.accountId, zoneId: scope.zoneId }, p)),
-      () => this.entrypoint(scope, phase),
+      (r) => (p === undefined ? Promise.resolve(undefined) : r.entrypointStamp({ accountId: scope.accountId, zoneId: scope.zoneId }, p)),
+      async (tx) => {
+        const row = await this.entrypointRow(tx, scope, phase);
+        return this.view(tx, row, row.latest_version);
+      },
     );
   }
 
   /** GET /rulesets/phases/{phase}/entrypoint/versions/{version}. */
-  entrypointVersionResponse(scope: Scope, phase: string, version: string): CachedResponse {
+  async entrypointVersionResponse(scope: Scope, phase: string, version: string): Promise<CachedResponse> {
     const p = canonicalPhase(phase);
     const n = cacheableVersion(version);
     return this.cachedView(
       scope,
-      () => (p === undefined || n === undefined ? undefined : this.rulesets.entrypointStamp({ accountId: scope.accountId, zoneId: scope.zoneId }, p, n)),
-      () => this.entrypointVersion(scope, phase, version),
+      (r) => (p === undefined || n === undefined ? Promise.resolve(undefined) : r.entrypointStamp({ accountId: scope.accountId, zoneId: scope.zoneId }, p, n)),
+      async (tx) => {
+        const row = await this.entrypointRow(tx, scope, phase);
+        return this.view(tx, row, versionNumber(version, row.id));
+      },
     );
   }
 
@@ -246,16 +257,20 @@ export class RulesetService {
    * path) takes the uncached path, whose errors are the answer; its view and
    * the stamp it is kept under are read in one snapshot.
    */
-  private cachedView(scope: Scope, stamp: () => VersionStamp | undefined, uncached: () => RulesetView): CachedResponse {
-    const s = stamp();
+  private async cachedView(
+    scope: Scope,
+    stamp: (rulesets: Repos['rulesets']) => Promise<VersionStamp | undefined>,
+    uncached: (tx: Repos) => Promise<RulesetView>,
+  ): Promise<CachedResponse> {
+    const s = await stamp(this.store.rulesets);
     if (s !== undefined && this.visible(s, scope)) {
       const hit = this.responses.get(stampKey(s));
       if (hit !== undefined) return hit;
     }
-    return this.store.read(() => {
-      const view = uncached();
+    return this.store.read(async (tx) => {
+      const view = await uncached(tx);
       const body = Buffer.from(JSON.stringify(ok(view)));
-      const t = stamp();
+      const t = await stamp(tx.rulesets);
       if (t === undefined || t.id !== view.id || String(t.stamp_version) !== view.version) return { body, etag: digestEtag(body) };
       const answer: CachedResponse = { body, etag: `"${t.id}-${t.stamp_version}-${t.stamp_token.toString(36)}"` };
       this.responses.set(stampKey(t), answer);
@@ -265,22 +280,42 @@ export class RulesetService {
 
   // ---- validation ------------------------------------------------------------
 
-  private managedTarget(id: string): ManagedTarget | undefined {
-    const row = this.rulesets.get(id);
-    if (row === undefined || row.kind !== 'managed') return undefined;
-    const versions = new Set(this.rulesets.versions(id).map((v) => v.version));
-    return {
-      id,
-      versions,
-      rulesAt: (v) => this.rulesets.version(id, v ?? row.latest_version)?.rules,
-    };
+  /**
+   * The managed rulesets the execute rules of `bodies` name, read before the
+   * (synchronous) validation: each one's versions and its rules at the latest
+   * version and at every version a rule pins. A name that is not a managed
+   * ruleset is left out (validation reports it).
+   */
+  private async managedTargets(tx: Repos, bodies: readonly unknown[]): Promise<Map<string, ManagedTarget>> {
+    const pins = new Map<string, Set<number>>();
+    for (const b of bodies) {
+      if (!isObject(b) || b['action'] !== 'execute') continue;
+      const p = b['action_parameters'];
+      if (!isObject(p) || typeof p['id'] !== 'string') continue;
+      const set = pins.get(p['id']) ?? new Set<number>();
+      const v = p['version'];
+      if (typeof v === 'string' && /^[1-9][0-9]{0,15}$/.test(v)) set.add(Number(v));
+      pins.set(p['id'], set);
+    }
+    const out = new Map<string, ManagedTarget>();
+    for (const [id, pinned] of pins) {
+      const row = await tx.rulesets.get(id);
+      if (row === undefined || row.kind !== 'managed') continue;
+      const versions = new Set((await tx.rulesets.versions(id)).map((v) => v.version));
+      const rules = new Map<number, readonly StoredRule[] | undefined>();
+      for (const v of [row.latest_version, ...pinned]) if (versions.has(v) && !rules.has(v)) rules.set(v, (await tx.rulesets.version(id, v))?.rules);
+      out.set(id, { id, versions, rulesAt: (v) => rules.get(v ?? row.latest_version) });
+    }
+    return out;
   }
 
-  private env(scope: Scope | null, kind: string): RuleEnv {
+  /** What validating the rule bodies `bodies` needs, read through `tx`. */
+  private async env(tx: Repos, scope: Scope | null, kind: string, bodies: readonly unknown[]): Promise<RuleEnv> {
+    const managed = await this.managedTargets(tx, bodies);
     return {
-      lists: scope === null ? new Set() : this.lists.accountListNames(scope.accountId),
+      lists: scope === null ? new Set() : await tx.lists.accountListNames(scope.accountId),
       maxExpressionLength: this.limits.maxExpressionLength,
-      managed: (id) => this.managedTarget(id),
+      managed: (id) => managed.get(id),
       allowExecute: kind === 'root' || kind === 'zone',
       allowAccountLists: kind !== 'managed',
     };
@@ -357,18 +392,18 @@ export class RulesetService {
   // ---- writing ---------------------------------------------------------------
 
   /**
-   * Runs a write in a group commit (see Database.writeGrouped), or (dry run)
-   * runs it, keeps what it would have answered and rolls its savepoint back:
-   * a dry run answers with the ruleset that would have been written, as
+   * Runs a write in one Store transaction (group commit: see Store.write), or
+   * (dry run) runs it, keeps what it would have answered and has it rolled
+   * back: a dry run answers with the ruleset that would have been written, as
    * Cloudflare does, and stores nothing.
    */
-  private async writeTx<T>(dryRun: boolean, fn: () => T): Promise<T> {
-    if (!dryRun) return this.store.writeGrouped(fn);
+  private async writeTx<T>(dryRun: boolean, fn: (tx: Repos) => Promise<T>): Promise<T> {
+    if (!dryRun) return this.store.write(fn);
     const DRY = Symbol('dry run');
     let result: T | undefined;
     try {
-      await this.store.writeGrouped(() => {
-        result = fn();
+      await this.store.write(async (tx) => {
+        result = await fn(tx);
         throw DRY;
       });
     } catch (err) {
@@ -401,24 +436,29 @@ export class RulesetService {
       );
     }
     if (errors.length > 0) throw new ApiErrors(errors);
-    return this.writeTx(dryRun, () => {
+    return this.writeTx(dryRun, async (tx) => {
       if (kind === 'root' || kind === 'zone') {
-        if (this.rulesets.entrypoint({ accountId: scope.accountId, zoneId: scope.zoneId }, phase!) !== undefined) {
+        if ((await tx.rulesets.entrypoint({ accountId: scope.accountId, zoneId: scope.zoneId }, phase!)) !== undefined) {
           throw apiError('RULESET_KIND_LIMIT', `'${kind}' is not a valid value for kind because exceeded maximum number of ${kind} rulesets for phase ${phase}`, { pointer: '/kind' });
         }
       }
-      const inputs = this.validateRules(body['rules'], '/rules', this.env(scope, kind as string));
-      return this.insertNew(scope, { name: name as string, description: description as string, kind: kind as string, phase: phase! }, inputs);
+      const inputs = this.validateRules(body['rules'], '/rules', await this.env(tx, scope, kind as string, rulesOf(body)));
+      return this.insertNew(tx, scope, { name: name as string, description: description as string, kind: kind as string, phase: phase! }, inputs);
     });
   }
 
-  private insertNew(scope: Scope, meta: { name: string; description: string; kind: string; phase: string }, inputs: RuleInput[]): RulesetView {
+  private async insertNew(tx: Repos, scope: Scope, meta: { name: string; description: string; kind: string; phase: string }, inputs: RuleInput[]): Promise<RulesetView> {
     const id = newId();
     const now = nowStamp();
-    this.rulesets.insert({ id, account_id: scope.accountId, zone_id: scope.zoneId, ...meta, created_on: now });
+    await tx.rulesets.insert({ id, account_id: scope.accountId, zone_id: scope.zoneId, ...meta, created_on: now });
     const rules = this.materialise(inputs, [], 1, now, '/rules');
-    const v = this.rulesets.addVersion(id, meta.description, now, rules, refsOfStored(rules));
-    return this.view(this.rulesets.get(id)!, v);
+    const v = await tx.rulesets.addVersion(id, meta.description, now, rules, refsOfStored(rules));
+    return this.latestView(tx, id, v);
+  }
+
+  /** The view of version `v` of a ruleset just written, read back in the write's transaction. */
+  private async latestView(tx: Repos, id: string, v: number, operator = false): Promise<RulesetView> {
+    return this.view(tx, (await tx.rulesets.get(id))!, v, true, operator);
   }
 
   private checkImmutable(row: RulesetRow, body: Record<string, unknown>): void {
@@ -433,22 +473,22 @@ export class RulesetService {
     if (errors.length > 0) throw new ApiErrors(errors);
   }
 
-  private replaceRules(row: RulesetRow, scope: Scope, body: Record<string, unknown>): RulesetView {
+  private async replaceRules(tx: Repos, row: RulesetRow, scope: Scope, body: Record<string, unknown>): Promise<RulesetView> {
     this.checkImmutable(row, body);
-    const latest = this.rulesets.version(row.id, row.latest_version)!;
-    const inputs = this.validateRules(body['rules'], '/rules', this.env(scope, row.kind));
+    const latest = (await tx.rulesets.version(row.id, row.latest_version))!;
+    const inputs = this.validateRules(body['rules'], '/rules', await this.env(tx, scope, row.kind, rulesOf(body)));
     const next = row.last_version + 1;
     const now = nowStamp();
     const rules = this.materialise(inputs, latest.rules, next, now, '/rules');
     const description = typeof body['description'] === 'string' ? body['description'] : latest.description;
-    const v = this.rulesets.addVersion(row.id, description, now, rules, refsOfStored(rules));
-    return this.view(this.rulesets.get(row.id)!, v);
+    const v = await tx.rulesets.addVersion(row.id, description, now, rules, refsOfStored(rules));
+    return this.latestView(tx, row.id, v);
   }
 
   /** PUT /rulesets/{id}: a new version with exactly the rules sent. */
   async update(scope: Scope, id: string, body: unknown, dryRun: boolean): Promise<RulesetView> {
     if (!isObject(body)) throw new ApiErrors([invalidField('', 'the body must be a ruleset object')]);
-    return this.writeTx(dryRun, () => this.replaceRules(this.writable(scope, id), scope, body));
+    return this.writeTx(dryRun, async (tx) => this.replaceRules(tx, await this.writable(tx, scope, id), scope, body));
   }
 
   /** PUT /rulesets/phases/{phase}/entrypoint: updates the entrypoint, creating it when missing. */
@@ -457,9 +497,9 @@ export class RulesetService {
     const p = canonicalPhase(phase);
     if (p === undefined) throw apiError('RULESET_BAD_PHASE_NAME', `'${phase}' is not a valid phase; phases are ${PHASES.join(', ')}`);
     const kind = scope.level === 'account' ? 'root' : 'zone';
-    return this.writeTx(dryRun, () => {
-      const row = this.rulesets.entrypoint({ accountId: scope.accountId, zoneId: scope.zoneId }, p);
-      if (row !== undefined) return this.replaceRules(row, scope, body);
+    return this.writeTx(dryRun, async (tx) => {
+      const row = await tx.rulesets.entrypoint({ accountId: scope.accountId, zoneId: scope.zoneId }, p);
+      if (row !== undefined) return this.replaceRules(tx, row, scope, body);
       // The same checks as POST /rulesets, with the entrypoint's defaults for what may be left out.
       const errors = checkRulesetFields(body);
       const name = body['name'] ?? 'default';
@@ -473,22 +513,22 @@ export class RulesetService {
       }
       if (errors.length > 0) throw new ApiErrors(errors);
       if (typeof name !== 'string' || typeof description !== 'string') throw new Error('unreachable: checked by checkRulesetFields');
-      const inputs = this.validateRules(body['rules'], '/rules', this.env(scope, kind));
-      return this.insertNew(scope, { name, description, kind, phase: p }, inputs);
+      const inputs = this.validateRules(body['rules'], '/rules', await this.env(tx, scope, kind, rulesOf(body)));
+      return this.insertNew(tx, scope, { name, description, kind, phase: p }, inputs);
     });
   }
 
   /** POST /rulesets/{id}/rules: adds one rule at a position (default: last). */
   async addRule(scope: Scope, id: string, body: unknown, dryRun: boolean): Promise<RulesetView> {
     if (!isObject(body)) throw new ApiErrors([invalidField('', 'the body must be a rule object')]);
-    return this.writeTx(dryRun, () => {
-      const row = this.writable(scope, id);
-      const env = this.env(scope, row.kind);
+    return this.writeTx(dryRun, async (tx) => {
+      const row = await this.writable(tx, scope, id);
       const { position: _p, ...ruleBody } = body;
+      const env = await this.env(tx, scope, row.kind, [ruleBody]);
       const v = checkedRule(ruleBody, '', env);
       if (v.rule === undefined) throw new ApiErrors(v.errors);
       if (v.rule.id !== undefined) throw apiError('API_INVALID_FIELD', 'a new rule gets its id from the server; leave "id" out', { pointer: '/id' });
-      const latest = this.rulesets.version(row.id, row.latest_version)!;
+      const latest = (await tx.rulesets.version(row.id, row.latest_version))!;
       if (latest.rules.length + 1 > this.limits.maxRules) {
         throw apiError('RULESET_TOO_MANY_RULES', `a ruleset holds at most ${this.limits.maxRules} rules`, { pointer: '' });
       }
@@ -497,24 +537,24 @@ export class RulesetService {
       const now = nowStamp();
       const rule = this.stored(v.rule, undefined, next, now);
       const rules = insertAt([...latest.rules], rule, position);
-      const version = this.rulesets.addVersion(row.id, latest.description, now, rules, refsOfStored(rules));
-      return this.view(this.rulesets.get(row.id)!, version);
+      const version = await tx.rulesets.addVersion(row.id, latest.description, now, rules, refsOfStored(rules));
+      return this.latestView(tx, row.id, version);
     });
   }
 
   /** PATCH /rulesets/{id}/rules/{rule_id}: replaces one rule's definition and/or moves it. */
   async editRule(scope: Scope, id: string, ruleId: string, body: unknown, dryRun: boolean): Promise<RulesetView> {
     if (!isObject(body)) throw new ApiErrors([invalidField('', 'the body must be a rule object')]);
-    return this.writeTx(dryRun, () => {
-      const row = this.writable(scope, id);
-      const env = this.env(scope, row.kind);
-      const latest = this.rulesets.version(row.id, row.latest_version)!;
+    return this.writeTx(dryRun, async (tx) => {
+      const row = await this.writable(tx, scope, id);
+      const { position: positionBody, ...ruleBody } = body;
+      const env = await this.env(tx, scope, row.kind, [ruleBody]);
+      const latest = (await tx.rulesets.version(row.id, row.latest_version))!;
       const index = latest.rules.findIndex((r) => r.id === ruleId);
       if (index < 0) throw apiError('RULE_NOT_FOUND', `Could not find rule ${ruleId} in ruleset ${row.id}`);
       const prev = latest.rules[index]!;
       const next = row.last_version + 1;
       const now = nowStamp();
-      const { position: positionBody, ...ruleBody } = body;
       const onlyMove = Object.keys(ruleBody).filter((k) => k !== 'id').length === 0;
       if (ruleBody['id'] !== undefined && ruleBody['id'] !== ruleId) throw apiError('API_INVALID_FIELD', 'the "id" in the body is not the rule of the path', { pointer: '/id' });
       let rule = prev;
@@ -528,62 +568,59 @@ export class RulesetService {
       const rest = latest.rules.filter((r) => r.id !== ruleId);
       const rules =
         positionBody === undefined ? latest.rules.map((r) => (r.id === ruleId ? rule : r)) : insertAt(rest, rule, parsePosition(positionBody, rest));
-      const version = this.rulesets.addVersion(row.id, latest.description, now, rules, refsOfStored(rules));
-      return this.view(this.rulesets.get(row.id)!, version);
+      const version = await tx.rulesets.addVersion(row.id, latest.description, now, rules, refsOfStored(rules));
+      return this.latestView(tx, row.id, version);
     });
   }
 
   /** DELETE /rulesets/{id}/rules/{rule_id}: a new version without that rule. */
   async deleteRule(scope: Scope, id: string, ruleId: string, dryRun: boolean): Promise<RulesetView> {
-    return this.writeTx(dryRun, () => {
-      const row = this.writable(scope, id);
-      const latest = this.rulesets.version(row.id, row.latest_version)!;
+    return this.writeTx(dryRun, async (tx) => {
+      const row = await this.writable(tx, scope, id);
+      const latest = (await tx.rulesets.version(row.id, row.latest_version))!;
       if (!latest.rules.some((r) => r.id === ruleId)) throw apiError('RULE_NOT_FOUND', `Could not find rule ${ruleId} in ruleset ${row.id}`);
       const rules = latest.rules.filter((r) => r.id !== ruleId);
-      const version = this.rulesets.addVersion(row.id, latest.description, nowStamp(), rules, refsOfStored(rules));
-      return this.view(this.rulesets.get(row.id)!, version);
+      const version = await tx.rulesets.addVersion(row.id, latest.description, nowStamp(), rules, refsOfStored(rules));
+      return this.latestView(tx, row.id, version);
     });
   }
 
   /** DELETE /rulesets/{id}: every version goes. Refused while an execute rule deploys it. */
   async delete(scope: Scope, id: string, dryRun: boolean): Promise<void> {
-    await this.writeTx(dryRun, () => {
-      const row = this.writable(scope, id);
-      this.deleteChecked(row);
-    });
+    await this.writeTx(dryRun, async (tx) => this.deleteChecked(tx, await this.writable(tx, scope, id)));
   }
 
-  private deleteChecked(row: RulesetRow): void {
-    const users = this.rulesets.executedBy(row.id);
+  private async deleteChecked(tx: Repos, row: RulesetRow): Promise<void> {
+    const users = await tx.rulesets.executedBy(row.id);
     if (users.length > 0) {
       throw apiError('RULESET_IN_USE', `ruleset ${row.id} is deployed by an execute rule in ruleset ${users[0]!.ruleset_id}; remove that rule first`);
     }
-    this.rulesets.delete(row.id);
+    await tx.rulesets.delete(row.id);
   }
 
   /** DELETE /rulesets/{id}/versions/{v}: refused for the latest version of a deployed ruleset, and for the only version. */
   async deleteVersion(scope: Scope, id: string, version: string, dryRun: boolean): Promise<void> {
-    await this.writeTx(dryRun, () => {
-      const row = this.writable(scope, id);
-      this.deleteVersionChecked(row, versionNumber(version, id));
+    await this.writeTx(dryRun, async (tx) => {
+      const row = await this.writable(tx, scope, id);
+      await this.deleteVersionChecked(tx, row, versionNumber(version, id));
     });
   }
 
-  private deleteVersionChecked(row: RulesetRow, v: number): void {
-    if (this.rulesets.version(row.id, v) === undefined) throw apiError('RULESET_VERSION_NOT_FOUND', `Could not find version ${v} of ruleset ${row.id}`);
-    const users = this.rulesets.executedBy(row.id);
+  private async deleteVersionChecked(tx: Repos, row: RulesetRow, v: number): Promise<void> {
+    if ((await tx.rulesets.version(row.id, v)) === undefined) throw apiError('RULESET_VERSION_NOT_FOUND', `Could not find version ${v} of ruleset ${row.id}`);
+    const users = await tx.rulesets.executedBy(row.id);
     if (users.some((u) => u.target_version === v || (u.target_version === null && v === row.latest_version))) {
       throw apiError('RULESET_IN_USE', `version ${v} of ruleset ${row.id} is deployed by an execute rule in ruleset ${users[0]!.ruleset_id}`);
     }
-    if (this.rulesets.versions(row.id).length === 1) {
+    if ((await tx.rulesets.versions(row.id)).length === 1) {
       throw apiError('RULESET_LAST_VERSION', `version ${v} is the only version of ruleset ${row.id}; delete the ruleset instead`);
     }
-    this.rulesets.deleteVersion(row.id, v);
+    await tx.rulesets.deleteVersion(row.id, v);
     if (v === row.latest_version) {
       // The references describe the latest version, which is now an older one.
-      const now = this.rulesets.get(row.id)!;
-      const rules = this.rulesets.version(row.id, now.latest_version)!.rules;
-      this.rulesets.setRefs(row.id, refsOfStored(rules));
+      const now = (await tx.rulesets.get(row.id))!;
+      const rules = (await tx.rulesets.version(row.id, now.latest_version))!.rules;
+      await tx.rulesets.setRefs(row.id, refsOfStored(rules));
     }
   }
 
@@ -594,7 +631,7 @@ export class RulesetService {
    * version to the managed ruleset of the same name. Rules keep their ids when
    * the file gives them. Returns the operator's view (with expressions).
    */
-  importManaged(doc: unknown): RulesetView {
+  async importManaged(doc: unknown): Promise<RulesetView> {
     if (!isObject(doc)) throw new ApiErrors([invalidField('', 'a managed ruleset file holds a ruleset object')]);
     const body = 'result' in doc && isObject(doc['result']) ? doc['result'] : doc;
     // A file is checked like an API body: no string SQLite would store changed, and the API's name limit.
@@ -616,26 +653,27 @@ export class RulesetService {
       if (r['action'] !== 'block' && r['action'] !== 'log') errors.push(apiError('RULESET_BAD_ACTION', 'managed rules are block or log rules', { pointer: `/rules/${i}/action` }));
     });
     if (errors.length > 0) throw new ApiErrors(errors);
-    return this.store.write(() => {
-      const env = this.env(null, 'managed');
+    return this.store.write(async (tx) => {
+      // Managed rules are block or log rules (checked above): no execute target to read.
+      const env = await this.env(tx, null, 'managed', []);
       const stripped = rulesIn.map((r: Record<string, unknown>) => {
         const { categories: _c, ...rest } = r;
         return rest;
       });
-      const existing = this.rulesets.managedByName(name);
+      const existing = await tx.rulesets.managedByName(name);
       const now = nowStamp();
       let id: string;
       let previous: StoredRule[] = [];
       if (existing === undefined) {
         id = newId();
-        this.rulesets.insert({ id, account_id: null, zone_id: null, kind: 'managed', phase, name, description, created_on: now });
+        await tx.rulesets.insert({ id, account_id: null, zone_id: null, kind: 'managed', phase, name, description, created_on: now });
       } else {
         id = existing.id;
-        previous = this.rulesets.version(id, existing.latest_version)!.rules;
+        previous = (await tx.rulesets.version(id, existing.latest_version))!.rules;
       }
       // Rules named by id keep it (a new id is accepted too: the operator owns the ids).
       const inputs = this.validateRules(stripped, '/rules', env);
-      const row = this.rulesets.get(id)!;
+      const row = (await tx.rulesets.get(id))!;
       const rules = inputs.map((input, i) => {
         const prev = previous.find((p) => p.id === input.id);
         const r = this.stored(input, prev, row.last_version + 1, now);
@@ -651,8 +689,8 @@ export class RulesetService {
         }
         return r;
       });
-      const v = this.rulesets.addVersion(id, description, now, rules, { lists: [], executes: [] });
-      return this.view(this.rulesets.get(id)!, v, true, true);
+      const v = await tx.rulesets.addVersion(id, description, now, rules, { lists: [], executes: [] });
+      return this.latestView(tx, id, v, true);
     });
   }
 
@@ -661,18 +699,27 @@ export class RulesetService {
    * (7207) while an execute rule deploys it: customers cannot delete managed
    * rulesets, so this is the only path where that check can fire for them.
    */
-  deleteManaged(id: string): void {
-    this.store.write(() => {
-      const row = this.rulesets.get(id);
+  async deleteManaged(id: string): Promise<void> {
+    await this.store.write(async (tx) => {
+      const row = await tx.rulesets.get(id);
       if (row === undefined || row.kind !== 'managed') throw apiError('RULESET_NOT_FOUND', `Could not find managed ruleset ${id}`);
-      this.deleteChecked(row);
+      await this.deleteChecked(tx, row);
     });
   }
 
   /** Every managed ruleset (operator view, latest versions). */
-  listManaged(): RulesetView[] {
-    return this.store.read(() => this.rulesets.managed().map((row) => this.view(row, row.latest_version, true, true)));
+  async listManaged(): Promise<RulesetView[]> {
+    return this.store.read(async (tx) => {
+      const out: RulesetView[] = [];
+      for (const row of await tx.rulesets.managed()) out.push(await this.view(tx, row, row.latest_version, true, true));
+      return out;
+    });
   }
+}
+
+/** The rule bodies of a ruleset body (what its execute rules name is read before validation). */
+function rulesOf(body: Record<string, unknown>): readonly unknown[] {
+  return Array.isArray(body['rules']) ? (body['rules'] as unknown[]) : [];
 }
 
 // Lists named by stored expressions, by expression text. Every new version

@@ -1,9 +1,12 @@
 // The control plane's composition root: the store-backed services the routes
 // call (auth, rulesets, lists, daemons), the control channel's hub and the
 // change feed it listens to, and the background runners, built once over one
-// Store (src/store/types.ts; SQLite's is made here from a Database), with
-// notifications (policies, the health listener, the delivery worker). Routes receive the services they need as plugin options; the
+// Store (src/store/types.ts), of any backend (SQLite's is made here from a
+// Database), with notifications (policies, the health listener, the delivery
+// worker). Routes receive the services they need as plugin options; the
 // server starts the runners when it listens and stops them when it closes.
+// What only SQLite has (its Database, the synchronous repositories tests and
+// SQLite's tools use) is reachable only when the store is a SqliteStore.
 
 import { dirname, join } from 'node:path';
 import { HealthMonitor, type HealthMonitorOptions } from '../health/index.js';
@@ -23,8 +26,8 @@ import { RulesetService } from './rulesets-service.js';
 
 /** What the services are built from. */
 export interface ServicesOptions {
-  /** The store, or an SQLite database to make one of. */
-  store: SqliteStore | Database;
+  /** The store (any backend), or an SQLite database to make one of. */
+  store: Store | Database;
   /** The users repository of an SQLite database given as `store` (default: a new one). */
   users?: Users | undefined;
   limits?: Partial<ApiLimits> | undefined;
@@ -52,7 +55,7 @@ export interface NotifyOptions {
   smtpUrl?: string | undefined;
   /** From: of emails. */
   mailFrom?: string | undefined;
-  /** Where emails are spooled without SMTP (default <data dir>/mail-spool). */
+  /** Where emails are spooled without SMTP (default <data dir>/mail-spool on SQLite; required on other backends without smtpUrl). */
   spoolDir?: string | undefined;
   /** Allow webhooks to loopback, link-local and private addresses (`--allow-private-webhooks`). */
   allowPrivateWebhooks?: boolean | undefined;
@@ -74,19 +77,17 @@ export const DEFAULT_MAIL_FROM = 'Moat notifications <notifications@moat.local>'
 /** The services of one control plane. */
 export interface Services {
   readonly store: Store;
-  /**
-   * The SQLite database behind `store`, for the services not yet on the
-   * asynchronous Store (issue #20: they move to it one by one).
-   */
+  /** SQLite only (tests, SQLite's tools): the database behind `store`; throws on another backend. */
   readonly database: Database;
   readonly limits: ApiLimits;
+  /** SQLite only: the synchronous users repository; throws on another backend. */
   readonly users: Users;
   readonly auth: Auth;
   readonly rulesets: RulesetService;
   readonly lists: ListService;
   /** The runner that applies queued list item writes. */
   readonly listOperations: ListOperationsRunner;
-  /** Daemons of the control channel: identities and fleet status. */
+  /** SQLite only: the synchronous daemons repository (identities and fleet status; the API uses store.daemons); throws on another backend. */
   readonly daemons: Daemons;
   /** Signals after commits, here or in other processes. */
   readonly changes: ChangeFeed;
@@ -106,54 +107,70 @@ export interface Services {
   readonly runners: Runners;
 }
 
+/** What only an SQLite store has; a getter of another backend's services throws. */
+function sqliteOnly<T>(sqlite: SqliteStore | undefined, what: string, get: (s: SqliteStore) => T): () => T {
+  return () => {
+    if (sqlite === undefined) throw new Error(`${what} exists only on SQLite stores; use the Store's asynchronous repositories`);
+    return get(sqlite);
+  };
+}
+
 /** Builds the services over a store; nothing runs until `runners.start()`. */
 export function createServices(options: ServicesOptions): Services {
   const { logger } = options;
   const n = options.notify ?? {};
-  const sqlite =
+  const store: Store =
     options.store instanceof Database ? new SqliteStore(options.store, (database, pools) => sqliteNotifyRepos(database, n.pools ?? pools), { users: options.users }) : options.store;
-  const store = sqlite.database;
+  const sqlite = store instanceof SqliteStore ? store : undefined;
   const limits: ApiLimits = { ...DEFAULT_API_LIMITS, ...(options.limits ?? {}) };
-  const users = sqlite.sync.users;
-  const listOperations = createListOperations({ lists: sqlite.lists, maxListItems: limits.maxListItems, logger });
-  const changes: ChangeFeed = options.changes ?? sqlite.changes;
+  const listOperations = createListOperations({ lists: store.lists, maxListItems: limits.maxListItems, logger });
+  const changes: ChangeFeed = options.changes ?? store.changes;
   const hub = new ChannelHub(store, changes, logger, options.channel);
-  const lbStore = sqlite.sync.loadBalancing;
-  const healthMonitor = new HealthMonitor({ ...(options.health ?? {}), store: sqlite.loadBalancing, logger });
-  const mailer = createMailer({ smtpUrl: n.smtpUrl, from: n.mailFrom ?? DEFAULT_MAIL_FROM, spoolDir: n.spoolDir ?? join(dirname(store.file), 'mail-spool') });
+  const healthMonitor = new HealthMonitor({ ...(options.health ?? {}), store: store.loadBalancing, logger });
+  const spoolDir = n.spoolDir ?? (sqlite === undefined ? undefined : join(dirname(sqlite.database.file), 'mail-spool'));
+  if (spoolDir === undefined && n.smtpUrl === undefined) throw new Error(`notify.spoolDir or notify.smtpUrl is needed with a ${store.backend} store (emails go somewhere)`);
+  const mailer = createMailer({ smtpUrl: n.smtpUrl, from: n.mailFrom ?? DEFAULT_MAIL_FROM, spoolDir: spoolDir ?? '' });
   const delivery = new DeliveryWorker({
-    store: sqlite,
+    store,
     mailer,
     clock: n.clock,
     random: n.random,
     leaseMs: n.leaseMs,
     allowPrivateWebhooks: n.allowPrivateWebhooks,
     logger,
-    deprecation:
-      n.deprecationIntervalMs === 0 ? undefined : new DeprecationNotices(store, n.legacyPools ?? lbStore, n.deprecationIntervalMs),
+    deprecation: n.deprecationIntervalMs === 0 ? undefined : new DeprecationNotices(store, n.legacyPools ?? store.loadBalancing, n.deprecationIntervalMs),
   });
   const notifier = new Notifier(n.clock ?? { now: () => Date.now() }, () => setImmediate(() => delivery.wake()));
   // Health edges queue their notifications in the transaction that records them (issue #18 item 9).
-  sqlite.onHealthEvent(notifier.onHealthEvent);
+  store.onHealthEvent(notifier.onHealthEvent);
   // A legacy address set on a pool is told of the deprecation at once, not at the next periodic check (a minute later).
-  lbStore.onPoolsWritten(() => setImmediate(() => delivery.legacyChanged()));
+  store.onPoolsWritten(() => setImmediate(() => delivery.legacyChanged()));
+  const database = sqliteOnly(sqlite, 'services.database', (s) => s.database);
+  const users = sqliteOnly(sqlite, 'services.users', (s) => s.sync.users);
+  const daemons = sqliteOnly(sqlite, 'services.daemons', (s) => s.sync.daemons);
   return {
-    store: sqlite,
-    database: store,
+    store,
+    get database() {
+      return database();
+    },
     limits,
-    users,
-    auth: new Auth(sqlite.users, sqlite.tokens, options.authLimit, (address, l) =>
+    get users() {
+      return users();
+    },
+    auth: new Auth(store.users, store.tokens, options.authLimit, (address, l) =>
       logger?.warn({ address, failures: l.maxFailures, windowSeconds: l.windowSeconds }, 'too many failed authentications: further failures from this address are answered 429 until the window ends'),
     ),
     rulesets: new RulesetService(store, limits),
-    lists: new ListService(sqlite.lists, limits, () => listOperations.wake()),
+    lists: new ListService(store.lists, limits, () => listOperations.wake()),
     listOperations,
-    daemons: sqlite.sync.daemons,
-    loadBalancing: new LoadBalancingService(sqlite.loadBalancing, options.loadBalancing, lbStore),
+    get daemons() {
+      return daemons();
+    },
+    loadBalancing: new LoadBalancingService(store.loadBalancing, options.loadBalancing, sqlite?.sync.loadBalancing),
     healthMonitor,
     changes,
     hub,
-    alerting: new AlertingService(sqlite.alerting, n.allowPrivateWebhooks === true, n.resolver),
+    alerting: new AlertingService(store.alerting, n.allowPrivateWebhooks === true, n.resolver),
     notifier,
     delivery,
     // The feed starts before the hub subscribes to it; the hub stops first, closing its connections.

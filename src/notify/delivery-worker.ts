@@ -151,7 +151,7 @@ export class DeliveryWorker {
     const { deprecation } = this.o;
     if (deprecation !== undefined && this.clock.now() >= this.nextDeprecationCheck) {
       this.nextDeprecationCheck = this.clock.now() + (this.o.deprecationCheckMs ?? 60_000);
-      deprecation.run(this.clock.now());
+      await deprecation.run(this.clock.now());
     }
     if (this.clock.now() >= this.nextPrune) {
       this.nextPrune = this.clock.now() + 3_600_000;

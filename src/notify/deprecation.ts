@@ -5,12 +5,20 @@
 // `notification_email`, the notices stop. Notices go through the outbox like
 // any email, so they are retried and appear in the history.
 
-import { newId, nowStamp, type Database } from '../store/index.js';
+import { newId, type Store } from '../store/index.js';
 import { legacyAddresses, type NotificationPayload } from './notifier.js';
 
 /** The pools that still have a legacy address (wired to the pools store by the control plane's assembly). */
 export interface LegacyPools {
-  legacyPools(): readonly { accountId: string; poolId: string; poolName: string; notificationEmail: string }[];
+  legacyPools(): LegacyPool[] | Promise<LegacyPool[]>;
+}
+
+/** A pool that still lists addresses in its notification_email. */
+export interface LegacyPool {
+  accountId: string;
+  poolId: string;
+  poolName: string;
+  notificationEmail: string;
 }
 
 /** Default time between two notices to one address. */
@@ -22,16 +30,17 @@ export const DEPRECATION_ALERT = 'notification_email_deprecation';
 /** Queues the deprecation notices that are due. */
 export class DeprecationNotices {
   constructor(
-    private readonly store: Database,
-    private readonly pools: LegacyPools,
+    private readonly store: Store,
+    /** Default: the store's own pools. */
+    private readonly pools: LegacyPools = store.loadBalancing,
     readonly intervalMs = DEPRECATION_INTERVAL_MS,
   ) {}
 
   /** Queues a notice for every legacy address not told within the interval; returns how many. */
-  run(now: number): number {
+  async run(now: number): Promise<number> {
     // (account, address) -> the pools that list it.
     const byAddress = new Map<string, { accountId: string; address: string; pools: string[] }>();
-    for (const p of this.pools.legacyPools()) {
+    for (const p of await this.pools.legacyPools()) {
       for (const address of legacyAddresses(p.notificationEmail)) {
         const key = `${p.accountId}\n${address.toLowerCase()}`;
         const entry = byAddress.get(key) ?? { accountId: p.accountId, address, pools: [] };
@@ -39,17 +48,20 @@ export class DeprecationNotices {
         byAddress.set(key, entry);
       }
     }
-    const db = this.store.db;
-    return this.store.write(() => {
+    return this.store.write(async (tx) => {
       // Addresses no pool lists any more are forgotten: listed again later, they are told at once.
-      const known = db.prepare('SELECT account_id, address FROM alert_deprecation_notices').all() as { account_id: string; address: string }[];
+      const known = await tx.outbox.deprecationNotices();
+      // When each address still listed was last told, by the key of byAddress (addresses compare without case, as the table does).
+      const sent = new Map<string, number>();
       for (const k of known) {
-        if (!byAddress.has(`${k.account_id}\n${k.address.toLowerCase()}`)) db.prepare('DELETE FROM alert_deprecation_notices WHERE account_id = ? AND address = ?').run(k.account_id, k.address);
+        const key = `${k.account_id}\n${k.address.toLowerCase()}`;
+        if (!byAddress.has(key)) await tx.outbox.forgetDeprecationNotice(k.account_id, k.address);
+        else sent.set(key, k.last_sent_ms);
       }
       let queued = 0;
-      for (const { accountId, address, pools } of byAddress.values()) {
-        const last = db.prepare('SELECT last_sent_ms FROM alert_deprecation_notices WHERE account_id = ? AND address = ?').get(accountId, address) as { last_sent_ms: number } | undefined;
-        if (last !== undefined && now - last.last_sent_ms < this.intervalMs) continue;
+      for (const [key, { accountId, address, pools }] of byAddress) {
+        const last = sent.get(key);
+        if (last !== undefined && now - last < this.intervalMs) continue;
         const names = [...new Set(pools)].sort();
         const payload: NotificationPayload = {
           name: 'Deprecation notice',
@@ -65,10 +77,8 @@ export class DeprecationNotices {
             '3. set notification_email to "" on every pool (PATCH /accounts/{account_id}/load_balancers/pools, page by page).\n' +
             'These notices stop once no pool of the account has a notification_email.',
         };
-        db.prepare(
-          "INSERT INTO alert_outbox (id, account_id, policy_id, event_id, mechanism_type, target, payload, created, status, next_attempt_ms) VALUES (?, ?, NULL, ?, 'email', ?, ?, ?, 'pending', ?)",
-        ).run(newId(), accountId, newId(), address, JSON.stringify(payload), nowStamp(new Date(now)), now);
-        db.prepare('INSERT INTO alert_deprecation_notices (account_id, address, last_sent_ms) VALUES (?, ?, ?) ON CONFLICT (account_id, address) DO UPDATE SET last_sent_ms = excluded.last_sent_ms').run(accountId, address, now);
+        await tx.outbox.enqueue({ accountId, policyId: null, eventId: newId(), mechanismType: 'email', target: address, payload: JSON.stringify(payload), nowMs: now });
+        await tx.outbox.recordDeprecationNotice(accountId, address, now);
         queued++;
       }
       return queued;

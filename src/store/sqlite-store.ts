@@ -8,11 +8,12 @@
 // one transaction and one COMMIT (one fsync), each in its own savepoint.
 // Notifications' repositories are built by the caller (notify implements them
 // over this database; the store may not import notify).
-// While callers move over (#20), some still use the synchronous repositories
-// and Database.writeGrouped on the same connection, outside the gate: safe
-// because a transaction here runs to its end in microtasks (no timer or I/O
-// callback of theirs can run in between) as long as its body awaits only the
-// database, which the Store contract requires anyway.
+// The control plane's callers are all on the Store (#20); the synchronous
+// repositories (`sync`) remain for tests and SQLite's own tools, which may use
+// them on the same connection outside the gate: safe because a transaction
+// here runs to its end in microtasks (no timer or I/O callback of theirs can
+// run in between) as long as its body awaits only the database, which the
+// Store contract requires anyway.
 
 import { MoatError } from '../errors/index.js';
 import type { Database } from './database.js';
@@ -112,7 +113,7 @@ export class SqliteStore implements Store {
   readonly alerting: AlertingRepo;
   readonly outbox: OutboxRepo;
 
-  /** The synchronous repositories (for the callers not yet asynchronous, and tests). */
+  /** The synchronous repositories (tests and SQLite's own tools). */
   readonly sync: {
     readonly users: Users;
     readonly tokens: Tokens;

@@ -152,17 +152,17 @@ describe('pushes', () => {
     const listId = await makeList(user.call, user.accountId, 'reused', ['203.0.113.1']);
     await ok(user.call('PUT', entrypoint(user.accountId), { rules: [rule('ip.src in $reused')] }));
     const memo = new Map<string, string[]>();
-    const first = readAccountDeployment(api.store, user.accountId, undefined, memo).lists['reused']!;
+    const first = (await readAccountDeployment(api.services.store, user.accountId, undefined, memo)).lists['reused']!;
     await ok(user.call('PUT', entrypoint(user.accountId), { rules: [rule('ip.src in $reused'), rule('tcp.dstport == 23')] }));
-    const afterRule = readAccountDeployment(api.store, user.accountId, undefined, memo).lists['reused']!;
+    const afterRule = (await readAccountDeployment(api.services.store, user.accountId, undefined, memo)).lists['reused']!;
     await replaceItems(user.call, user.accountId, listId, ['203.0.113.1', '203.0.113.9']);
-    const afterList = readAccountDeployment(api.store, user.accountId, undefined, memo).lists['reused']!;
+    const afterList = (await readAccountDeployment(api.services.store, user.accountId, undefined, memo)).lists['reused']!;
     // Deleted and made again under the same name: another list, whatever its generation.
     await ok(user.call('PUT', entrypoint(user.accountId), { rules: [] }));
     await ok(user.call('DELETE', `/accounts/${user.accountId}/rules/lists/${listId}`));
     await makeList(user.call, user.accountId, 'reused', ['192.0.2.5']);
     await ok(user.call('PUT', entrypoint(user.accountId), { rules: [rule('ip.src in $reused')] }));
-    const remade = readAccountDeployment(api.store, user.accountId, undefined, memo).lists['reused']!;
+    const remade = (await readAccountDeployment(api.services.store, user.accountId, undefined, memo)).lists['reused']!;
     expect([afterRule === first, afterList, remade, memo.size]).toEqual([true, ['203.0.113.1', '203.0.113.9'], ['192.0.2.5'], 2]);
   });
 
@@ -184,6 +184,22 @@ describe('pushes', () => {
     expect(small.lists.big).toEqual({ digest: b.lists.big.digest });
     c.close();
     d.close();
+  });
+
+  it('handle a status sent right behind its hello after the hello, while the hello still awaits the store (a connection\'s messages keep their order)', async () => {
+    const user = api.newUser();
+    await ok(user.call('PUT', entrypoint(user.accountId), { rules: [rule('tcp.dstport == 3')] }));
+    const t = token(user.accountId);
+    const c = await ChannelClient.open(url);
+    // One write, two frames: the hello's token check and bundle build await the store before the status is read.
+    c.send({ type: 'hello', protocol: 1, token: t.token, moat: '0.0.0-test', digest: null, lists: [] });
+    c.send({ type: 'status', counters: { passed: 7, dropped: 1, undecodable: 0, swaps: 0 } });
+    expect((await c.next()).type).toBe('welcome');
+    expect((await c.next()).type).toBe('bundle');
+    await waitFor(() => api.services.daemons.get(t.id)?.counters?.passed === 7);
+    expect(api.services.daemons.get(t.id)!.counters).toEqual({ passed: 7, dropped: 1, undecodable: 0, swaps: 0 });
+    expect(api.services.daemons.get(t.id)!.connected).toBe(true);
+    c.close();
   });
 
   it('build one bundle per account and change, shared by all its daemons', async () => {

@@ -96,7 +96,7 @@ describe('GET of a ruleset, a version and an entrypoint', () => {
       await uncached.stop();
     }
     // And the envelope fastify would have serialized from the view, as before the cache.
-    const view: RulesetView = api.services.rulesets.get({ level: 'account', accountId: user.accountId, zoneId: null }, id);
+    const view: RulesetView = await api.services.rulesets.get({ level: 'account', accountId: user.accountId, zoneId: null }, id);
     expect(first.text).toBe(JSON.stringify(ok(view)));
     expect(first.headers.get('content-type')).toBe('application/json; charset=utf-8');
     expect(first.headers.get('content-length')).toBe(String(Buffer.byteLength(first.text)));

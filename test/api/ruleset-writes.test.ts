@@ -96,13 +96,13 @@ for (const level of ['accounts', 'zones'] as const) {
 }
 
 describe('managed rulesets imported by the operator', () => {
-  it('are checked like an API body: a lone surrogate (7019 with its pointer) or an over-long name is refused, nothing stored', () => {
+  it('are checked like an API body: a lone surrogate (7019 with its pointer) or an over-long name is refused, nothing stored', async () => {
     const rules = [{ action: 'block', expression: 'ip.src eq 192.0.2.1' }];
-    const importing = (doc: unknown) => () => api.services.rulesets.importManaged(doc);
-    expect(importing({ name: 'm', rules: [{ ...rules[0], description: 'x\ud800' }] })).toThrow(expect.objectContaining({ code: 7019, pointer: '/rules/0/description' }));
-    expect(importing({ name: '\udfff', rules })).toThrow(expect.objectContaining({ code: 7019, pointer: '/name' }));
-    expect(importing({ name: LONG, rules })).toThrow(expect.objectContaining({ errors: [expect.objectContaining({ code: 7013, pointer: '/name' })] }));
+    const importing = (doc: unknown) => api.services.rulesets.importManaged(doc);
+    await expect(importing({ name: 'm', rules: [{ ...rules[0], description: 'x\ud800' }] })).rejects.toThrow(expect.objectContaining({ code: 7019, pointer: '/rules/0/description' }));
+    await expect(importing({ name: '\udfff', rules })).rejects.toThrow(expect.objectContaining({ code: 7019, pointer: '/name' }));
+    await expect(importing({ name: LONG, rules })).rejects.toThrow(expect.objectContaining({ errors: [expect.objectContaining({ code: 7013, pointer: '/name' })] }));
     expect(api.store.db.prepare("SELECT count(*) AS n FROM rulesets WHERE kind = 'managed'").get()).toEqual({ n: 0 });
-    expect(api.services.rulesets.importManaged({ name: 'm \u{1F600}', rules }).name).toBe('m \u{1F600}');
+    expect((await api.services.rulesets.importManaged({ name: 'm \u{1F600}', rules })).name).toBe('m \u{1F600}');
   });
 });

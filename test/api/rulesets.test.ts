@@ -684,9 +684,9 @@ describe('managed rulesets', () => {
     ],
   };
 
-  beforeAll(() => {
-    service = new RulesetService(api.store, DEFAULT_API_LIMITS);
-    const imported = service.importManaged(MANAGED);
+  beforeAll(async () => {
+    service = new RulesetService(api.services.store, DEFAULT_API_LIMITS);
+    const imported = await service.importManaged(MANAGED);
     managedId = imported.id;
     ruleIds = imported.rules!.map((r) => r.id);
     expect(imported).toMatchObject({ kind: 'managed', version: '1' });
@@ -728,7 +728,7 @@ describe('managed rulesets', () => {
     }
     const err = await rejection(t.client.rulesets.delete(managedId, { account_id: t.accountId }));
     expect(err).toBeInstanceOf(PermissionDeniedError);
-    expect(service.rulesets.get(managedId)!.latest_version).toBe(1);
+    expect((await api.services.store.rulesets.get(managedId))!.latest_version).toBe(1);
   });
 
   it('is deployed by an execute rule in the entrypoint, with overrides by category and by rule', async () => {
@@ -811,26 +811,26 @@ describe('managed rulesets', () => {
   });
 
   it('cannot be deleted by the operator while an execute rule deploys it (7207), and can once the rule is gone', async () => {
-    const other = service.importManaged({ name: 'Deletable', rules: [{ action: 'block', expression: 'tcp.dstport == 7', categories: ['x'] }] });
+    const other = await service.importManaged({ name: 'Deletable', rules: [{ action: 'block', expression: 'tcp.dstport == 7', categories: ['x'] }] });
     const t = tenant();
     await written(t.client.rulesets.phases.update(PHASE, { account_id: t.accountId, rules: [{ action: 'execute', expression: 'tcp.dstport == 7', action_parameters: { id: other.id } }] }));
     let thrown: unknown;
     try {
-      service.deleteManaged(other.id);
+      await service.deleteManaged(other.id);
     } catch (err) {
       thrown = err;
     }
     expect(thrown).toMatchObject({ code: 7207 });
     expect((await t.client.rulesets.get(other.id, { account_id: t.accountId })).id).toBe(other.id);
     await written(t.client.rulesets.phases.update(PHASE, { account_id: t.accountId, rules: [] }));
-    service.deleteManaged(other.id);
+    await service.deleteManaged(other.id);
     expect((await t.call('GET', `/accounts/${t.accountId}/rulesets/${other.id}`)).json.errors[0].code).toBe(7200);
   });
 
-  it('re-imports as a new version, keeping rule ids given in the file', () => {
+  it('re-imports as a new version, keeping rule ids given in the file', async () => {
     const doc = { name: 'Versioned', rules: [{ id: newId(), action: 'block', expression: 'tcp.dstport == 8', categories: ['a'] }] };
-    const v1 = service.importManaged(doc);
-    const v2 = service.importManaged({ ...doc, rules: [{ ...doc.rules[0], categories: ['a', 'b'] }] });
+    const v1 = await service.importManaged(doc);
+    const v2 = await service.importManaged({ ...doc, rules: [{ ...doc.rules[0], categories: ['a', 'b'] }] });
     expect(v2.id).toBe(v1.id);
     expect(v2.version).toBe('2');
     expect(v2.rules![0]).toMatchObject({ id: doc.rules[0]!.id, version: '2', categories: ['a', 'b'], expression: 'tcp.dstport == 8' });

@@ -216,9 +216,9 @@ describe('moat migrate-notifications', () => {
     const { expected } = await seed(api, 80);
     const withEmail = [...expected.values()].reduce((a, s) => a + s.size, 0);
     // Five legacy addresses (ops, team, owner0..2), each due a notice now.
-    const notices = new DeprecationNotices(api.store, api.services.loadBalancing.store, 1000);
+    const notices = new DeprecationNotices(api.services.store, api.services.loadBalancing.store, 1000);
     const start = Date.now();
-    expect(notices.run(start)).toBe(5);
+    expect(await notices.run(start)).toBe(5);
 
     const spawned: ReturnType<typeof spawn>[] = [];
     let killed = false;
@@ -245,7 +245,7 @@ describe('moat migrate-notifications', () => {
 
     // The deprecation due-list of the account is empty: no notice, even days later.
     expect(api.services.loadBalancing.store.legacyPools().filter((l) => l.accountId === api!.accountId)).toEqual([]);
-    expect(notices.run(start + 3 * 86_400_000)).toBe(0);
+    expect(await notices.run(start + 3 * 86_400_000)).toBe(0);
   }, 60_000);
 
   it('authenticates with an API token given by --token', async () => {

@@ -22,7 +22,7 @@ beforeEach(() => {
     store: f.asyncStore,
     mailer: createMailer({ spoolDir: join(f.dir, 'mail-spool'), from: 'moat@example.com' }),
     clock: f.clock,
-    deprecation: new DeprecationNotices(f.store, { legacyPools: () => pools }),
+    deprecation: new DeprecationNotices(f.asyncStore, { legacyPools: () => pools }),
     deprecationCheckMs: 60_000,
   });
 });
@@ -75,11 +75,11 @@ describe('deprecation notices of notification_email', () => {
     expect(f.store.db.prepare("SELECT count(*) AS n FROM alert_history WHERE alert_type = 'notification_email_deprecation' AND outcome = 'delivered'").get()).toEqual({ n: 4 });
   });
 
-  it('takes its interval from the configuration', () => {
+  it('takes its interval from the configuration', async () => {
     pools = [{ accountId: f.accountId, poolId: newId(), poolName: 'web', notificationEmail: 'a@example.com' }];
-    const hourly = new DeprecationNotices(f.store, { legacyPools: () => pools }, H);
-    expect(hourly.run(f.clock.t)).toBe(1);
-    expect(hourly.run(f.clock.t + H - 1)).toBe(0);
-    expect(hourly.run(f.clock.t + H)).toBe(1);
+    const hourly = new DeprecationNotices(f.asyncStore, { legacyPools: () => pools }, H);
+    expect(await hourly.run(f.clock.t)).toBe(1);
+    expect(await hourly.run(f.clock.t + H - 1)).toBe(0);
+    expect(await hourly.run(f.clock.t + H)).toBe(1);
   });
 });

@@ -46,23 +46,23 @@ export const rulesetRoutes: FastifyPluginAsync<RulesetRoutesOptions> = async (ap
     // are computed each time and get a digest ETag, so If-None-Match spares the body.
     read(base, async (req: Req, reply) => {
       const s = await scope(req);
-      const page = service.list(s, queryText(req, 'cursor'), perPageOf(req, DEFAULT_PER_PAGE, limits.maxPerPage));
+      const page = await service.list(s, queryText(req, 'cursor'), perPageOf(req, DEFAULT_PER_PAGE, limits.maxPerPage));
       return sendJsonRevalidatable(req, reply, ok(page.result, page.cursor === undefined ? { count: page.result.length } : { count: page.result.length, cursor: page.cursor }));
     });
     api.post(base, async (req: Req, reply) => written(reply, await service.create(await scope(req), req.body, dryRunOf(req))));
 
     const ep = `${base}/phases/:phase/entrypoint`;
-    read(ep, async (req: Req, reply) => sendCached(req, reply, service.entrypointResponse(await scope(req), req.params.phase)));
+    read(ep, async (req: Req, reply) => sendCached(req, reply, await service.entrypointResponse(await scope(req), req.params.phase)));
     api.put(ep, async (req: Req, reply) => written(reply, await service.putEntrypoint(await scope(req), req.params.phase, req.body, dryRunOf(req))));
-    read(`${ep}/versions`, async (req: Req, reply) => sendJsonRevalidatable(req, reply, ok(service.entrypointVersions(await scope(req), req.params.phase))));
+    read(`${ep}/versions`, async (req: Req, reply) => sendJsonRevalidatable(req, reply, ok(await service.entrypointVersions(await scope(req), req.params.phase))));
     read(`${ep}/versions/:version`, async (req: Req, reply) =>
-      sendCached(req, reply, service.entrypointVersionResponse(await scope(req), req.params.phase, req.params.version)),
+      sendCached(req, reply, await service.entrypointVersionResponse(await scope(req), req.params.phase, req.params.version)),
     );
 
     const one = `${base}/:ruleset_id`;
     read(one, async (req: Req, reply) => {
       const s = await scope(req);
-      return sendCached(req, reply, service.getResponse(s, id(req)));
+      return sendCached(req, reply, await service.getResponse(s, id(req)));
     });
     api.put(one, async (req: Req, reply) => {
       const s = await scope(req);
@@ -75,11 +75,11 @@ export const rulesetRoutes: FastifyPluginAsync<RulesetRoutesOptions> = async (ap
     });
     read(`${one}/versions`, async (req: Req, reply) => {
       const s = await scope(req);
-      return sendJsonRevalidatable(req, reply, ok(service.versions(s, id(req))));
+      return sendJsonRevalidatable(req, reply, ok(await service.versions(s, id(req))));
     });
     read(`${one}/versions/:version`, async (req: Req, reply) => {
       const s = await scope(req);
-      return sendCached(req, reply, service.versionResponse(s, id(req), req.params.version));
+      return sendCached(req, reply, await service.versionResponse(s, id(req), req.params.version));
     });
     api.delete(`${one}/versions/:version`, async (req: Req, reply) => {
       const s = await scope(req);
@@ -102,6 +102,6 @@ export const rulesetRoutes: FastifyPluginAsync<RulesetRoutesOptions> = async (ap
   // Rules of a managed ruleset version by tag: account level only, as on Cloudflare.
   read('/accounts/:account_id/rulesets/:ruleset_id/versions/:version/by_tag/:rule_tag', async (req: Req, reply) => {
     const s = await scope(req);
-    return sendJsonRevalidatable(req, reply, ok(service.byTag(s, id(req), req.params.version, req.params.rule_tag)));
+    return sendJsonRevalidatable(req, reply, ok(await service.byTag(s, id(req), req.params.version, req.params.rule_tag)));
   });
 };

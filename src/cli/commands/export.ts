@@ -1,5 +1,5 @@
 // `moat export`: writes what a daemon runs for an account (and zone) from the
-// control plane's database into files: the entrypoints, the managed rulesets
+// control plane's store into files: the entrypoints, the managed rulesets
 // they execute, the lists they name, and the `rules`/`lists` keys of a daemon
 // configuration pointing at them. Until the ruleset channel pushes bundles to
 // daemons, this (or curl of the entrypoint) is how a daemon gets them.
@@ -8,7 +8,8 @@ import { mkdirSync, writeFileSync } from 'node:fs';
 import { join, resolve } from 'node:path';
 import type { Command } from 'commander';
 import { readAccountDeployment } from '../../api/index.js';
-import { isId, Database } from '../../store/index.js';
+import { isId } from '../../store/index.js';
+import { withStore } from '../open-store.js';
 import { CliError, type Output } from '../output.js';
 import { quoteInput } from '../../errors/index.js';
 import { DEFAULT_DATA_DIR } from './serve.js';
@@ -22,17 +23,11 @@ export function registerExport(program: Command, out: Output): void {
     .requiredOption('--account <id>', 'the account (32 hex)')
     .option('--zone <id>', 'also the entrypoint of this zone of the account')
     .requiredOption('--out <dir>', 'directory to write into (created when missing)')
-    .action((flags: { dataDir: string; account: string; zone?: string; out: string }) => {
+    .action(async (flags: { dataDir: string; account: string; zone?: string; out: string }) => {
       for (const id of [flags.account, flags.zone ?? flags.account]) {
         if (!isId(id)) throw new CliError(`${quoteInput(id)} is not an id: accounts and zones are 32 lowercase hex characters`);
       }
-      const store = Database.open(flags.dataDir, { mustExist: true });
-      let deployment;
-      try {
-        deployment = readAccountDeployment(store, flags.account, flags.zone);
-      } finally {
-        store.close();
-      }
+      const deployment = await withStore(flags.dataDir, (store) => readAccountDeployment(store, flags.account, flags.zone));
       if (deployment.account === undefined) throw new CliError(`account ${flags.account} has no network_transit entrypoint`);
       const dir = resolve(flags.out);
       mkdirSync(join(dir, 'lists'), { recursive: true });
