@@ -400,7 +400,7 @@ describe.runIf(canRun)('ring ports between network namespaces', () => {
       `import { openRingPort } from ${JSON.stringify(projectUrl('src/capture/ring-port.ts'))};
        try { openRingPort('ga', {}); console.log('opened'); } catch (e) { console.log(JSON.stringify({ code: e.code, message: e.message })); }
        process.exit(0);`,
-      { prefix: ['setpriv', '--bounding-set=-all', '--inh-caps=-all', '--ambient-caps=-all', '--reuid=65534', '--regid=65534', '--clear-groups'] },
+      { prefix: ['setpriv', '--bounding-set=-all', '--inh-caps=-all', '--ambient-caps=-all'] },
     );
     const line = await unprivileged.waitForJson<{ code: number; message: string }>(() => true, 30_000);
     expect(line.code).toBe(3010);

@@ -69,7 +69,7 @@ describe('moat export', () => {
     writeFileSync(join(dir, 'daemon.json'), JSON.stringify({ mode: 'monitor', interfaces: ['lo'], ...rules }));
     const check = await moat('daemon', '--config', join(dir, 'daemon.json'), '--check');
     expect(check.code, check.stderr).toBe(0);
-    expect(check.stdout).toMatch(/^OK: monitor on lo; 3 rules/) // office, the managed telnet rule in place of the execute rule, malware;
+    expect(check.stdout).toMatch(/^OK: monitor on lo; capture engine [a-z]+[^;]*; 3 rules/) // office, the managed telnet rule in place of the execute rule, malware;
   });
 
   it('says so when the account has no entrypoint', async () => {
