@@ -62,18 +62,11 @@ export const RING_DEFAULT_SLOT_BYTES = 2048;
 export const RING_DEFAULT_BATCH_MAX = 64;
 /** How often a port whose link is down checks whether its interface is back. */
 export const RING_RELINK_INTERVAL_MS = 500;
-/**
- * Most batches handed over per readable event: the port then yields to the
- * event loop (timers, the control channel) and the poll, which is level
- * triggered, calls again at once if frames are left.
- */
-const MAX_BATCHES_PER_EVENT = 64;
-
 // ---- the addon ----
 
 interface NativePort {
   readonly ring: ArrayBuffer;
-  /** The batch arrays recv() fills, uint32 each: offset[batchMax], caplen[batchMax], origLen[batchMax]. */
+  /** The batch arrays: offset[batchMax], caplen[batchMax], origLen[batchMax] (uint32), then pass[batchMax] (uint8). */
   readonly meta: ArrayBuffer;
   readonly slots: number;
   readonly slotBytes: number;
@@ -93,10 +86,9 @@ interface RingNative {
     promiscuous: boolean,
     ignoreOutgoing: boolean,
     qdiscBypass: boolean,
+    /** n > 0: a batch of n frames is in meta (its slots go back to the kernel when this returns); < 0: -errno, the socket failed. */
     onEvent: (code: number) => void,
   ): NativePort;
-  recv(port: NativePort): number;
-  release(port: NativePort): void;
   send(
     port: NativePort,
     bytes: Uint8Array,
@@ -106,6 +98,8 @@ interface RingNative {
     pass: Uint8Array,
     count: number,
   ): number;
+  /** send() of the batch `src` is handing over, from its own arrays (no typed-array lookups). */
+  forward(port: NativePort, src: NativePort, count: number): number;
   stats(port: NativePort, out: Float64Array): void;
   close(port: NativePort): void;
   livePorts(): number;
@@ -244,8 +238,10 @@ class RingBatch implements FrameBatch {
   offset = new Uint32Array(0);
   caplen = new Uint32Array(0);
   origLen = new Uint32Array(0);
-  readonly pass: Uint8Array;
-  constructor(batchMax: number) {
+  pass: Uint8Array;
+  /** The native port whose batch this is (forward() sends it from the port's own arrays), while open. */
+  source: NativePort | undefined;
+  constructor(private readonly batchMax: number) {
     this.pass = new Uint8Array(batchMax);
   }
   /** Views over a newly opened native port. */
@@ -254,11 +250,15 @@ class RingBatch implements FrameBatch {
     this.offset = new Uint32Array(port.meta, 0, batchMax);
     this.caplen = new Uint32Array(port.meta, 4 * batchMax, batchMax);
     this.origLen = new Uint32Array(port.meta, 8 * batchMax, batchMax);
+    this.pass = new Uint8Array(port.meta, 12 * batchMax, batchMax);
+    this.source = port;
   }
   /** The port closed: its memory is detached (every view reads empty); so are these. */
   detach(): void {
     this.bytes = new Uint8Array(0);
     this.offset = this.caplen = this.origLen = new Uint32Array(0);
+    this.pass = new Uint8Array(this.batchMax);
+    this.source = undefined;
     this.count = 0;
   }
 }
@@ -331,33 +331,20 @@ class RingPort implements BatchPort {
     this.batch.detach();
   }
 
+  // The addon receives and releases the batches itself, calling this once a
+  // batch (code = its frame count, pass[] zeroed); see on_poll in moat-ring.c.
   private event(code: number): void {
     if (code < 0) {
       this.linkLost(`${this.iface}: ${errnoText(-code)}`, true);
       return;
     }
-    const n = this.native;
     const b = this.batch;
-    for (let round = 0; round < MAX_BATCHES_PER_EVENT; round++) {
-      const port = this.port;
-      if (port === undefined) return;
-      const count = n.recv(port);
-      if (count === 0) return;
-      b.count = count;
-      b.pass.fill(0, 0, count);
-      if (this.handler !== undefined) {
-        try {
-          this.handler(b);
-        } catch (err) {
-          this.handlerFailed(err);
-        }
-      }
-      // The handler may have closed the port (or lost it): release only a live one.
-      if (this.port === port) n.release(port);
-      // A short batch emptied the ring: skip the empty recv() that would confirm it
-      // (0.4-0.5 us under load, as much as a batch's own crossings). Frames that came
-      // in meanwhile make the level-triggered poll call again at once.
-      if (count < this.options.batchMax) return;
+    b.count = code;
+    if (this.handler === undefined) return;
+    try {
+      this.handler(b);
+    } catch (err) {
+      this.handlerFailed(err);
     }
   }
 
@@ -417,6 +404,8 @@ class RingPort implements BatchPort {
       }
       return 0;
     }
+    // A ring port's own batch (the daemon's case): sent from the source port's native arrays.
+    if (batch instanceof RingBatch && batch.source !== undefined) return this.native.forward(port, batch.source, batch.count);
     return this.native.send(port, batch.bytes, batch.offset, batch.caplen, batch.origLen, batch.pass, batch.count);
   }
 
