@@ -12,21 +12,27 @@
 // worker thread loading it gets its own instance (N-API instance data).
 //
 // Per batch the JS side allocates nothing: the batch object and its arrays
-// are made once per port (offset/caplen/origLen over memory of the native
-// port, which recv() fills without typed-array lookups) and refilled; the
-// native calls take and return small integers (Smis). Measured costs behind
-// the design (../shared/reference/inline-capture.md): a JS -> native call is
-// ~14 ns, a native -> JS callback per packet 105-200 ns, so the port crosses
-// once per readable event and once per batch of up to batchMax frames (<1 ns
-// a frame), and sends with one sendmmsg per batch (1.28-1.41 us a frame vs
-// 1.7-1.9 us for one sendto each). Measured on this engine (2 vCPU shared with
-// other jobs, load average 10.8 on 2 cores, so read as upper bounds): recv()
-// on an empty ring cost 0.44-0.74 us when it took the three arrays as
-// arguments (three napi_get_typedarray_info; a call doing nothing 42-55 ns in
-// that run), hence the arrays in native memory: now 85-94 ns (a call doing
-// nothing 16-21 ns, release() 74-83 ns, in that run), so a full batch of 64
-// pays ~3 ns a frame of crossings; receiving and releasing full batches 25-63 ns a frame; sendmmsg
-// of 64 frames onto a veth 3.4-4.2 us a frame under that load.
+// are made once per port (offset/caplen/origLen/pass over memory of the native
+// port, which the addon fills without typed-array lookups) and refilled.
+// Measured costs behind the design (../shared/reference/inline-capture.md): a
+// JS -> native call is ~14 ns, a native -> JS callback per packet 105-200 ns,
+// so the port crosses once per batch of up to batchMax frames (<1 ns a frame),
+// and sends with one sendmmsg per batch (1.28-1.41 us a frame vs 1.7-1.9 us for
+// one sendto each). Measured on this engine (2 vCPU shared with other jobs,
+// load average 10.8 on 2 cores, so read as upper bounds): a recv() taking three
+// arrays as arguments cost 0.44-0.74 us (napi_get_typedarray_info ~80 ns each),
+// hence arrays in native memory. Since then the addon receives and releases
+// each batch itself, in its poll callback, and calls JS once a batch with the
+// frame count (recv and release from JS were two more calls a batch, 85-94
+// and 74-83 ns in that run); forward() of a ring port's own batch sends from
+// the source port's native arrays (two unwraps, not five typed-array lookups).
+// At the daemon's usual load a batch holds a few frames, so these per-batch
+// costs count per frame. Yet perf record of the daemon's worker thread at
+// 150k frames/s (1 worker, load ~12 on 2 cores) puts 91% of its CPU in the
+// kernel under sendmmsg (packet_sendmsg, veth_xmit, and the receiver's whole
+// IP/UDP input, which veth runs in the sender's softirq) and ~8% in user space
+// (generated rules, V8, N-API, libuv, this addon): the gap to the kernel
+// bridge is in the kernel's AF_PACKET send path, not in JavaScript.
 //
 // Fanout: PACKET_FANOUT_HASH without PACKET_FANOUT_FLAG_DEFRAG. With DEFRAG
 // the kernel would reassemble IP fragments before the ring, and a reassembled
