@@ -32,7 +32,11 @@
 // kernel under sendmmsg (packet_sendmsg, veth_xmit, and the receiver's whole
 // IP/UDP input, which veth runs in the sender's softirq) and ~8% in user space
 // (generated rules, V8, N-API, libuv, this addon): the gap to the kernel
-// bridge is in the kernel's AF_PACKET send path, not in JavaScript.
+// bridge is in the kernel's AF_PACKET send path, not in JavaScript. The ring's
+// ingress is kernel work too, charged to whoever delivers the frame (on a
+// veth, the sender): a sender of 100k 60-byte frames/s paid 1.64-1.72 us a
+// frame with nothing on the peer veth and 2.60-2.69 us with a ring port there
+// that only takes its batches (3 alternating rounds, load ~5.5 on 2 cores).
 //
 // Fanout: PACKET_FANOUT_HASH without PACKET_FANOUT_FLAG_DEFRAG. With DEFRAG
 // the kernel would reassemble IP fragments before the ring, and a reassembled
