@@ -12,21 +12,31 @@
 // worker thread loading it gets its own instance (N-API instance data).
 //
 // Per batch the JS side allocates nothing: the batch object and its arrays
-// are made once per port (offset/caplen/origLen over memory of the native
-// port, which recv() fills without typed-array lookups) and refilled; the
-// native calls take and return small integers (Smis). Measured costs behind
-// the design (../shared/reference/inline-capture.md): a JS -> native call is
-// ~14 ns, a native -> JS callback per packet 105-200 ns, so the port crosses
-// once per readable event and once per batch of up to batchMax frames (<1 ns
-// a frame), and sends with one sendmmsg per batch (1.28-1.41 us a frame vs
-// 1.7-1.9 us for one sendto each). Measured on this engine (2 vCPU shared with
-// other jobs, load average 10.8 on 2 cores, so read as upper bounds): recv()
-// on an empty ring cost 0.44-0.74 us when it took the three arrays as
-// arguments (three napi_get_typedarray_info; a call doing nothing 42-55 ns in
-// that run), hence the arrays in native memory: now 85-94 ns (a call doing
-// nothing 16-21 ns, release() 74-83 ns, in that run), so a full batch of 64
-// pays ~3 ns a frame of crossings; receiving and releasing full batches 25-63 ns a frame; sendmmsg
-// of 64 frames onto a veth 3.4-4.2 us a frame under that load.
+// are made once per port (offset/caplen/origLen/pass over memory of the native
+// port, which the addon fills without typed-array lookups) and refilled.
+// Measured costs behind the design (../shared/reference/inline-capture.md): a
+// JS -> native call is ~14 ns, a native -> JS callback per packet 105-200 ns,
+// so the port crosses once per batch of up to batchMax frames (<1 ns a frame),
+// and sends with one sendmmsg per batch (1.28-1.41 us a frame vs 1.7-1.9 us for
+// one sendto each). Measured on this engine (2 vCPU shared with other jobs,
+// load average 10.8 on 2 cores, so read as upper bounds): a recv() taking three
+// arrays as arguments cost 0.44-0.74 us (napi_get_typedarray_info ~80 ns each),
+// hence arrays in native memory. Since then the addon receives and releases
+// each batch itself, in its poll callback, and calls JS once a batch with the
+// frame count (recv and release from JS were two more calls a batch, 85-94
+// and 74-83 ns in that run); forward() of a ring port's own batch sends from
+// the source port's native arrays (two unwraps, not five typed-array lookups).
+// At the daemon's usual load a batch holds a few frames, so these per-batch
+// costs count per frame. Yet perf record of the daemon's worker thread at
+// 150k frames/s (1 worker, load ~12 on 2 cores) puts 91% of its CPU in the
+// kernel under sendmmsg (packet_sendmsg, veth_xmit, and the receiver's whole
+// IP/UDP input, which veth runs in the sender's softirq) and ~8% in user space
+// (generated rules, V8, N-API, libuv, this addon): the gap to the kernel
+// bridge is in the kernel's AF_PACKET send path, not in JavaScript. The ring's
+// ingress is kernel work too, charged to whoever delivers the frame (on a
+// veth, the sender): a sender of 100k 60-byte frames/s paid 1.64-1.72 us a
+// frame with nothing on the peer veth and 2.60-2.69 us with a ring port there
+// that only takes its batches (3 alternating rounds, load ~5.5 on 2 cores).
 //
 // Fanout: PACKET_FANOUT_HASH without PACKET_FANOUT_FLAG_DEFRAG. With DEFRAG
 // the kernel would reassemble IP fragments before the ring, and a reassembled
@@ -62,18 +72,11 @@ export const RING_DEFAULT_SLOT_BYTES = 2048;
 export const RING_DEFAULT_BATCH_MAX = 64;
 /** How often a port whose link is down checks whether its interface is back. */
 export const RING_RELINK_INTERVAL_MS = 500;
-/**
- * Most batches handed over per readable event: the port then yields to the
- * event loop (timers, the control channel) and the poll, which is level
- * triggered, calls again at once if frames are left.
- */
-const MAX_BATCHES_PER_EVENT = 64;
-
 // ---- the addon ----
 
 interface NativePort {
   readonly ring: ArrayBuffer;
-  /** The batch arrays recv() fills, uint32 each: offset[batchMax], caplen[batchMax], origLen[batchMax]. */
+  /** The batch arrays: offset[batchMax], caplen[batchMax], origLen[batchMax] (uint32), then pass[batchMax] (uint8). */
   readonly meta: ArrayBuffer;
   readonly slots: number;
   readonly slotBytes: number;
@@ -93,10 +96,9 @@ interface RingNative {
     promiscuous: boolean,
     ignoreOutgoing: boolean,
     qdiscBypass: boolean,
+    /** n > 0: a batch of n frames is in meta (its slots go back to the kernel when this returns); < 0: -errno, the socket failed. */
     onEvent: (code: number) => void,
   ): NativePort;
-  recv(port: NativePort): number;
-  release(port: NativePort): void;
   send(
     port: NativePort,
     bytes: Uint8Array,
@@ -106,6 +108,8 @@ interface RingNative {
     pass: Uint8Array,
     count: number,
   ): number;
+  /** send() of the batch `src` is handing over, from its own arrays (no typed-array lookups). */
+  forward(port: NativePort, src: NativePort, count: number): number;
   stats(port: NativePort, out: Float64Array): void;
   close(port: NativePort): void;
   livePorts(): number;
@@ -244,8 +248,10 @@ class RingBatch implements FrameBatch {
   offset = new Uint32Array(0);
   caplen = new Uint32Array(0);
   origLen = new Uint32Array(0);
-  readonly pass: Uint8Array;
-  constructor(batchMax: number) {
+  pass: Uint8Array;
+  /** The native port whose batch this is (forward() sends it from the port's own arrays), while open. */
+  source: NativePort | undefined;
+  constructor(private readonly batchMax: number) {
     this.pass = new Uint8Array(batchMax);
   }
   /** Views over a newly opened native port. */
@@ -254,11 +260,15 @@ class RingBatch implements FrameBatch {
     this.offset = new Uint32Array(port.meta, 0, batchMax);
     this.caplen = new Uint32Array(port.meta, 4 * batchMax, batchMax);
     this.origLen = new Uint32Array(port.meta, 8 * batchMax, batchMax);
+    this.pass = new Uint8Array(port.meta, 12 * batchMax, batchMax);
+    this.source = port;
   }
   /** The port closed: its memory is detached (every view reads empty); so are these. */
   detach(): void {
     this.bytes = new Uint8Array(0);
     this.offset = this.caplen = this.origLen = new Uint32Array(0);
+    this.pass = new Uint8Array(this.batchMax);
+    this.source = undefined;
     this.count = 0;
   }
 }
@@ -331,33 +341,20 @@ class RingPort implements BatchPort {
     this.batch.detach();
   }
 
+  // The addon receives and releases the batches itself, calling this once a
+  // batch (code = its frame count, pass[] zeroed); see on_poll in moat-ring.c.
   private event(code: number): void {
     if (code < 0) {
       this.linkLost(`${this.iface}: ${errnoText(-code)}`, true);
       return;
     }
-    const n = this.native;
     const b = this.batch;
-    for (let round = 0; round < MAX_BATCHES_PER_EVENT; round++) {
-      const port = this.port;
-      if (port === undefined) return;
-      const count = n.recv(port);
-      if (count === 0) return;
-      b.count = count;
-      b.pass.fill(0, 0, count);
-      if (this.handler !== undefined) {
-        try {
-          this.handler(b);
-        } catch (err) {
-          this.handlerFailed(err);
-        }
-      }
-      // The handler may have closed the port (or lost it): release only a live one.
-      if (this.port === port) n.release(port);
-      // A short batch emptied the ring: skip the empty recv() that would confirm it
-      // (0.4-0.5 us under load, as much as a batch's own crossings). Frames that came
-      // in meanwhile make the level-triggered poll call again at once.
-      if (count < this.options.batchMax) return;
+    b.count = code;
+    if (this.handler === undefined) return;
+    try {
+      this.handler(b);
+    } catch (err) {
+      this.handlerFailed(err);
     }
   }
 
@@ -417,6 +414,8 @@ class RingPort implements BatchPort {
       }
       return 0;
     }
+    // A ring port's own batch (the daemon's case): sent from the source port's native arrays.
+    if (batch instanceof RingBatch && batch.source !== undefined) return this.native.forward(port, batch.source, batch.count);
     return this.native.send(port, batch.bytes, batch.offset, batch.caplen, batch.origLen, batch.pass, batch.count);
   }
 

@@ -169,6 +169,31 @@ describe.runIf(canRun)('ring ports between network namespaces', () => {
     await g.call('close', { id: 'gb' });
   }, 60_000);
 
+  it('hands every batch with pass[] all 0: a handler that only sets the frames it passes forwards exactly those', async () => {
+    // pass[] lives in the port's native memory and is reused batch after batch: a 1 left by
+    // an earlier batch would forward an odd frame here. Frames alternate odd and even, sent
+    // in chunks of 7 so that batches start at both parities.
+    await g.call('open', { id: 'ga', iface: 'ga', options: { ringBytes: 1 << 20, batchMax: 8 } });
+    await g.call('open', { id: 'gb', iface: 'gb', options: { ringBytes: 1 << 20 } });
+    await g.call('bridge', { from: 'ga', to: 'gb', rule: 'even-set-only' });
+    await b.frames('b');
+    const sent = Array.from({ length: 140 }, (_, i) => testFrame(3000 + i, i));
+    await a.call('send', { id: 'a', frames: sent, chunk: 7 });
+    const even = sent.filter((_, i) => i % 2 === 0);
+    let got: Frame[] = [];
+    await until(async () => {
+      got = got.concat(await b.frames('b'));
+      return got.length >= 70;
+    });
+    await sleep(300); // nothing odd arrives late
+    got = got.concat(await b.frames('b'));
+    expect(got.map((f) => f.hex)).toEqual(even);
+    expect((await g.stats('ga')).batches).toBeGreaterThanOrEqual(18); // 140 frames / batchMax 8: several batches
+    expect((await g.stats('gb')).sent).toBe(70);
+    await g.call('close', { id: 'ga' });
+    await g.call('close', { id: 'gb' });
+  }, 60_000);
+
   it('never reads back what a port sends (PACKET_IGNORE_OUTGOING): a two-way bridge does not loop', async () => {
     // Sends with PACKET_QDISC_BYPASS skip the taps of every packet socket; without it, the
     // sender's own port (ignoreOutgoing) must still not see them, while a port that reads

@@ -152,14 +152,18 @@ async function handle(cmd: Command): Promise<Record<string, unknown>> {
       return { link: port.stats().link };
     }
     case 'bridge': {
-      // from -> to, passing the test frames whose byte 18 (after dst, src, type and a 4-byte sequence) is even.
+      // from -> to, passing the test frames whose byte 18 (after dst, src, type and a 4-byte sequence) is even;
+      // rule 'even-set-only' writes pass[i] = 1 for those and never writes a 0 (the port hands pass[] zeroed).
       const from = slotOf(cmd.from);
       const to = slotOf(cmd.to);
       from.port.onBatch((b) => {
         for (let i = 0; i < b.count; i++) {
           const off = b.offset[i]!;
           const type = (b.bytes[off + 12]! << 8) | b.bytes[off + 13]!;
-          b.pass[i] = cmd.rule === 'all' || (type === TEST_ETHERTYPE && b.bytes[off + 18]! % 2 === 0) ? 1 : 0;
+          const even = type === TEST_ETHERTYPE && b.bytes[off + 18]! % 2 === 0;
+          if (cmd.rule === 'even-set-only') {
+            if (even) b.pass[i] = 1;
+          } else b.pass[i] = cmd.rule === 'all' || even ? 1 : 0;
           if (type === TEST_ETHERTYPE) from.judged++;
         }
         if (from.collect) record(from, b);
