@@ -370,7 +370,22 @@ export const PG_MIGRATIONS: readonly string[] = [
     expires_at TIMESTAMPTZ NOT NULL
   );
   `,
+  // 9 (PostgreSQL only): SQLite's rowid, where the repositories order or page
+  // by it (insertion order: rulesets' keyset cursor, lists, the bulk operation
+  // queue, health events, alert history). PostgreSQL has no stable row number,
+  // so these tables get an identity column of the same name, and the SQL that
+  // reads it stays SQLite's.
+  `
+  ALTER TABLE rulesets ADD COLUMN rowid BIGINT GENERATED ALWAYS AS IDENTITY;
+  ALTER TABLE lists ADD COLUMN rowid BIGINT GENERATED ALWAYS AS IDENTITY;
+  ALTER TABLE bulk_operations ADD COLUMN rowid BIGINT GENERATED ALWAYS AS IDENTITY;
+  ALTER TABLE health_events ADD COLUMN rowid BIGINT GENERATED ALWAYS AS IDENTITY;
+  ALTER TABLE alert_history ADD COLUMN rowid BIGINT GENERATED ALWAYS AS IDENTITY;
+  `,
 ];
+
+/** Columns that exist only in the PostgreSQL schema, as table.column (SQLite's implicit rowid; the schema test allows these). */
+export const PG_ONLY_COLUMNS: readonly string[] = ['rulesets.rowid', 'lists.rowid', 'bulk_operations.rowid', 'health_events.rowid', 'alert_history.rowid'];
 
 /** The tables that exist only in the PostgreSQL schema (the schema test allows these). */
 export const PG_ONLY_TABLES: readonly string[] = ['moat_schema', 'moat_leases'];
