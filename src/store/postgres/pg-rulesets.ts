@@ -71,7 +71,8 @@ export class PgRulesetsRepo implements RulesetsRepo {
     const m = this.shared.stamps.get(key);
     if (m !== undefined && m.epoch === epoch) return m.stamp;
     const stamp = await this.readEntrypointStamp(level, phase, version);
-    memo(this.shared.stamps, key, { epoch, stamp });
+    // Remembered once the transaction ended (see PgUsersRepo.verifyKey).
+    this.ctx.afterCommit(() => memo(this.shared.stamps, key, { epoch, stamp }));
     return stamp;
   }
 

@@ -20,6 +20,7 @@ import { createHash, randomBytes } from 'node:crypto';
 import { MoatError } from '../../errors/index.js';
 import type { ProbeRecord } from '../load-balancing.js';
 import type { Repos, Store, TxHealthEventListener, WriteOptions } from '../types.js';
+import { REPO_METHODS } from '../sqlite-store.js';
 import { isWellFormedToken } from '../tokens.js';
 import { redactUrl } from './connection.js';
 import { CHANGES_CHANNEL, PgChangeFeed } from './pg-change-feed.js';
@@ -55,6 +56,18 @@ const POOL_WRITES = new Set(['loadBalancing.createPool', 'loadBalancing.updatePo
 /** The name of pool writes in a notification's payload. */
 const POOLS = 'pools';
 
+/**
+ * Attempts of a write transaction before 8003. Under SERIALIZABLE, writers of
+ * one row queued on its lock all fail (40001) when the holder commits, since
+ * their snapshots predate its commit, and retry after a random pause: each
+ * round lets one through, so N writers racing for one ruleset need about N
+ * attempts. PgDatabase's default (10) made 12 writers through three replicas
+ * fail with 8003 (test/store/postgres/pg-store.test.ts); 30 keeps a burst of
+ * a few dozen writers of one ruleset from failing, at most about 3.5 s of
+ * pauses (capped at 128 ms each) before a client is told to try again.
+ */
+const WRITE_ATTEMPTS = 30;
+
 /** What a store NOTIFYs after a write. */
 interface ChangePayload {
   from: string;
@@ -82,6 +95,9 @@ export class PgStore implements Store {
   readonly loadBalancing: Repos['loadBalancing'];
   readonly alerting: Repos['alerting'];
   readonly outbox: Repos['outbox'];
+
+  /** Counters for tests and metrics. */
+  readonly stats = { commits: 0, afterCommitRuns: 0, backgroundWrites: 0 };
 
   private readonly shared: PgShared;
   private readonly healthListeners: TxHealthEventListener[] = [];
@@ -254,18 +270,27 @@ export class PgStore implements Store {
       const payload: ChangePayload = { from: this.id, repos: changedRepos(touched) };
       await this.database.notify(CHANGES_CHANNEL, JSON.stringify(payload), client);
       return result;
-    });
+    }, { attempts: WRITE_ATTEMPTS });
     this.seen++;
+    this.stats.commits++;
     this.committed(changedRepos(touched));
-    for (const f of after) this.safely(f);
+    this.afterCommit(after);
     return value;
   }
 
   private async runRead<T>(fn: (tx: Repos) => Promise<T>): Promise<T> {
     const after: Array<() => void> = [];
     const value = await this.database.read((client) => fn(this.context(client, after, new Set())));
-    for (const f of after) this.safely(f);
+    this.afterCommit(after);
     return value;
+  }
+
+  /** Runs the final attempt's afterCommit callbacks (PgRepoContext.afterCommit). */
+  private afterCommit(callbacks: ReadonlyArray<() => void>): void {
+    for (const f of callbacks) {
+      this.stats.afterCommitRuns++;
+      this.safely(f);
+    }
   }
 
   /** After a commit (this store's or another's): the feed and the pool listeners. */
@@ -301,6 +326,7 @@ export class PgStore implements Store {
   /** A small write after a read (see PgShared.background); tracked so close() waits for it. */
   private background(fn: (client: PgClient) => Promise<void>): void {
     if (this.isClosed) return;
+    this.stats.backgroundWrites++;
     // Cannot reject: its failure is logged here.
     void this.track(
       this.database.write(fn).then(
@@ -351,25 +377,23 @@ export class PgStore implements Store {
     memos: Record<string, (...args: never[]) => unknown>,
     overrides: Record<string, (...args: never[]) => Promise<unknown>> = {},
   ): Repos[K] {
-    const methods = new Map(Object.entries(overrides) as Array<[string, (...args: unknown[]) => Promise<unknown>]>);
-    return new Proxy({} as Repos[K], {
-      get: (_target, prop) => {
-        if (typeof prop !== 'string' || prop === 'then') return undefined;
-        let m = methods.get(prop);
-        if (m === undefined) {
-          const quick = memos[prop] as ((...args: unknown[]) => unknown) | undefined;
-          const reads = READS[name].has(prop);
-          m = (...args: unknown[]) => {
-            const hit = quick?.(...args);
-            if (hit !== undefined) return Promise.resolve(hit);
-            const call = (tx: Repos): Promise<unknown> => (tx[name] as unknown as Record<string, (...a: unknown[]) => Promise<unknown>>)[prop]!(...args);
-            return reads ? this.read(call) : this.write(call);
-          };
-          methods.set(prop, m);
-        }
-        return m;
-      },
-    });
+    const out: Record<string, (...args: unknown[]) => Promise<unknown>> = {};
+    for (const prop of REPO_METHODS[name] as readonly string[]) {
+      const override = overrides[prop] as ((...args: unknown[]) => Promise<unknown>) | undefined;
+      if (override !== undefined) {
+        out[prop] = override;
+        continue;
+      }
+      const quick = memos[prop] as ((...args: unknown[]) => unknown) | undefined;
+      const reads = READS[name].has(prop);
+      out[prop] = (...args: unknown[]) => {
+        const hit = quick?.(...args);
+        if (hit !== undefined) return Promise.resolve(hit);
+        const call = (tx: Repos): Promise<unknown> => (tx[name] as unknown as Record<string, (...a: unknown[]) => Promise<unknown>>)[prop]!(...args);
+        return reads ? this.read(call) : this.write(call);
+      };
+    }
+    return out as unknown as Repos[K];
   }
 }
 

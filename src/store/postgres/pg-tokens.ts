@@ -94,7 +94,8 @@ export class PgTokensRepo implements TokensRepo {
     const m = this.shared.verifiedTokens.get(memoKey);
     if (m !== undefined && m.epoch === epoch) return m.principal;
     const principal = await this.principalOf(h);
-    if (principal !== undefined) memo(this.shared.verifiedTokens, memoKey, { epoch, principal });
+    // Remembered once the transaction ended (see PgUsersRepo.verifyKey).
+    if (principal !== undefined) this.ctx.afterCommit(() => memo(this.shared.verifiedTokens, memoKey, { epoch, principal }));
     return principal;
   }
 

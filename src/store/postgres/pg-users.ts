@@ -148,7 +148,8 @@ export class PgUsersRepo implements UsersRepo {
     const m = this.shared.verifiedKeys.get(memoKey);
     if (m !== undefined && m.epoch === epoch) return m.check;
     const found = await this.verifyStored(email, key, this.keyHash(key), mayCheckScrypt);
-    if (found.outcome === 'ok') memo(this.shared.verifiedKeys, memoKey, { epoch, check: found });
+    // Remembered once the transaction ended: an attempt rolled back (and run again) leaves nothing behind.
+    if (found.outcome === 'ok') this.ctx.afterCommit(() => memo(this.shared.verifiedKeys, memoKey, { epoch, check: found }));
     return found;
   }
 

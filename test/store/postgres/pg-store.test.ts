@@ -7,9 +7,11 @@
 // feed; the feed catching up after its LISTEN connection is killed; the
 // installation's key secret created once when replicas open a new database
 // together.
+import { randomBytes } from 'node:crypto';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { afterEach, describe, expect, it } from 'vitest';
 import { newId, PgStore, type StoredRule } from '../../../src/store/index.js';
+import { scryptHash } from '../../../src/store/users.js';
 import { storeContract } from '../../support/store-contract.js';
 import { databaseOf, requirePostgres, usePostgres } from '../../support/postgres.js';
 
@@ -49,12 +51,12 @@ describe.skipIf(!RUN)('PgStore: several replicas on one database', () => {
     const id = newId();
     await stores[0]!.users.create({ email: 'v@example.com', accounts: [account] });
     await stores[0]!.rulesets.insert({ id, account_id: account, zone_id: null, kind: 'root', phase: 'network_transit', name: 'root', description: '', created_on: '2026-01-01T00:00:00.000000Z' });
-    // Four writers per replica, five versions each: 60 versions, up to 12 transactions racing for the ruleset's row.
+    // Three writers per replica, ten versions each: 90 versions, up to 9 transactions racing for the ruleset's row.
     const got: number[] = [];
     await Promise.all(
       stores.flatMap((s, r) =>
-        Array.from({ length: 4 }, async (_, w) => {
-          for (let i = 0; i < 5; i++) {
+        Array.from({ length: 3 }, async (_, w) => {
+          for (let i = 0; i < 10; i++) {
             got.push(
               await s.write(async (tx) => {
                 const row = await tx.rulesets.get(id);
@@ -66,10 +68,10 @@ describe.skipIf(!RUN)('PgStore: several replicas on one database', () => {
         }),
       ),
     );
-    const expected = Array.from({ length: 60 }, (_, i) => i + 1);
+    const expected = Array.from({ length: 90 }, (_, i) => i + 1);
     expect([...got].sort((a, b) => a - b)).toEqual(expected);
     expect((await stores[2]!.rulesets.versions(id)).map((v) => v.version)).toEqual(expected);
-    expect(await stores[1]!.rulesets.get(id)).toMatchObject({ latest_version: 60, last_version: 60 });
+    expect(await stores[1]!.rulesets.get(id)).toMatchObject({ latest_version: 90, last_version: 90 });
     // Each version holds the rule its writer made for that number.
     expect((await stores[1]!.rulesets.version(id, 37))?.rules[0]?.expression).toBe('tcp.dstport eq 37');
     const retries = stores.reduce((n, s) => n + s.database.stats.retries, 0);
@@ -94,6 +96,7 @@ describe.skipIf(!RUN)('PgStore: several replicas on one database', () => {
     await until(() => b.changeEpoch() !== epoch && signals > 0);
     expect((await b.users.verifyKey('e@example.com', key, () => false)).outcome).toBe('unknown');
     // Status writes are quiet: they move the epoch, not the feed.
+    signals = 0;
     const d = await a.daemons.create({ accountId: account, name: 'edge' });
     await until(() => signals > 0);
     signals = 0;
@@ -152,6 +155,42 @@ describe.skipIf(!RUN)('PgStore: several replicas on one database', () => {
     );
     expect(runs).toBeGreaterThan(2);
     expect((await stores[0]!.rulesets.versions(id)).map((v) => v.version)).toEqual([1, 2]);
+  });
+
+  it('runs a body retried after a serialization failure with a fresh context, and its afterCommit work once: a legacy key re-hashed after the final commit', async () => {
+    const { url, stores } = await replicas(1);
+    const { user: u } = await stores[0]!.users.create({ email: 'old@example.com', accounts: [newId()] });
+    // A key as Moat stored them before schema 4: salted scrypt.
+    const key = 'legacy-key-0123456789';
+    const salt = randomBytes(16);
+    await cluster().admin("INSERT INTO api_keys (id, user_id, salt, hash, hint, created_on, scheme) VALUES ($1, $2, $3, $4, 'x', '2020-01-01T00:00:00.000000Z', 'scrypt')", [newId(), u.id, salt, scryptHash(key, salt)], databaseOf(url));
+    const { stores: [b] } = await replicas(1, url);
+    let runs = 0;
+    const check = await b!.write(async (tx) => {
+      runs++;
+      const r = await tx.users.verifyKey('old@example.com', key, () => true);
+      // The first attempt fails as a serialization failure would; PgDatabase runs the body again.
+      if (runs === 1) throw Object.assign(new Error('could not serialize access (simulated)'), { code: '40001' });
+      return r;
+    });
+    expect(check.outcome).toBe('ok');
+    expect(runs).toBe(2);
+    // The first attempt's callbacks were dropped: one re-hash (and one memo of the check) after the final commit.
+    expect(b!.stats.backgroundWrites).toBe(1);
+    expect(b!.stats.afterCommitRuns).toBe(2);
+    await b!.close();
+    const rows = await cluster().admin<{ scheme: string }>('SELECT scheme FROM api_keys WHERE user_id = $1 ORDER BY scheme', [u.id], databaseOf(url));
+    expect(rows.map((r) => r.scheme)).toEqual(['hmac-sha256', 'hmac-sha256']);
+    expect((await stores[0]!.users.verify('old@example.com', key))?.userId).toBe(u.id);
+  });
+
+  it('refuses the second of two replicas creating the same user at once with 7400', async () => {
+    const { stores } = await replicas(2);
+    const account = newId();
+    const results = await Promise.allSettled(stores.map((s) => s.users.create({ email: 'same@example.com', accounts: [account] })));
+    expect(results.map((r) => r.status).sort()).toEqual(['fulfilled', 'rejected']);
+    expect((results.find((r) => r.status === 'rejected') as PromiseRejectedResult).reason).toMatchObject({ code: 7400, message: 'a user with email same@example.com already exists' });
+    expect(await stores[1]!.users.count()).toBe(1);
   });
 
   it('refuses a call after close with 8001 and names the database without its password', async () => {
