@@ -6,3 +6,6 @@ export { PgListener, type ListenerOptions } from './pg-listener.js';
 export { PG_MIGRATIONS, PG_ONLY_TABLES, PG_ONLY_COLUMNS, MOAT_LOCK_CLASS, MIGRATION_LOCK, migratePostgres, type MigrationReport } from './pg-migrations.js';
 export { Leases, LeaseKeeper, type LeaseGrant, type LeaseHolder, type KeeperOptions } from './leases.js';
 export { DATABASE_URL_ENV, databaseUrlFrom, parseTarget, redactUrl, mapPgError, type PgTarget } from './connection.js';
+export type { PgRepoContext } from './pg-repo-context.js';
+export { PgListsRepo } from './pg-lists.js';
+export { PgLoadBalancingRepo } from './pg-load-balancing.js';
