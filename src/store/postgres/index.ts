@@ -9,3 +9,4 @@ export { DATABASE_URL_ENV, databaseUrlFrom, parseTarget, redactUrl, mapPgError, 
 export type { PgRepoContext } from './pg-repo-context.js';
 export { PgListsRepo } from './pg-lists.js';
 export { PgLoadBalancingRepo } from './pg-load-balancing.js';
+export type { PgNotifyFactory } from './pg-notify-factory.js';
