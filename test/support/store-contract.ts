@@ -264,6 +264,67 @@ export function storeContract(name: string, open: () => Promise<ContractSubject>
       expect(await store.rulesets.get(ids[0]!)).toBeUndefined();
     });
 
+    it('applies a bulk list operation whole or not at all, and runs queued operations in the order they were queued', async () => {
+      const list = await store.lists.create(account, { name: 'l', kind: 'ip', description: '' }, 10);
+      // The second item is refused: the first must not stay behind.
+      const bad = await store.lists.enqueue(account, list.id, 'append', [{ ip: '192.0.2.1' }, { ip: '10.0.0.1/8' }]);
+      const good = await store.lists.enqueue(account, list.id, 'append', [{ ip: '192.0.2.2' }, { ip: '192.0.2.3', comment: 'c' }]);
+      expect(await store.lists.nextOperation()).toEqual({ id: bad, accountId: account, listId: list.id });
+      expect(await store.write((tx) => tx.lists.applyOperation(bad, 100))).toBe('failed');
+      expect(await store.lists.entries(account, 'l')).toEqual([]);
+      expect(await store.lists.operation(account, bad)).toMatchObject({ status: 'failed', error: 'item 1: "10.0.0.1/8" has host bits set (did you mean 10.0.0.0/8?)' });
+      expect(await store.lists.nextOperation()).toEqual({ id: good, accountId: account, listId: list.id });
+      const key = await store.lists.contentKey(account, 'l');
+      expect(await store.write((tx) => tx.lists.applyOperation(good, 100))).toBe('completed');
+      expect(await store.lists.entries(account, 'l')).toEqual(['192.0.2.2', '192.0.2.3']);
+      expect(await store.lists.contentKey(account, 'l')).not.toBe(key);
+      expect(await store.lists.nextOperation()).toBeUndefined();
+      // Applying a finished operation again changes nothing.
+      expect(await store.write((tx) => tx.lists.applyOperation(good, 100))).toBe('completed');
+      expect((await store.lists.get(account, list.id))!.num_items).toBe(2);
+    });
+
+    it('tells its pools-written listeners after each pool write', async () => {
+      let calls = 0;
+      store.onPoolsWritten(() => calls++);
+      const p = await store.loadBalancing.createPool(account, 'p', null, { name: 'p', origins: [], minimum_origins: 1, notification_email: '', notification_filter: null });
+      await store.loadBalancing.updatePool(account, p.id, (c) => ({ name: c.name, monitorId: null, body: { ...c.body, notification_email: 'a@example.com' } }));
+      for (let i = 0; i < 100 && calls < 2; i++) await sleep(5);
+      expect(calls).toBe(2);
+      expect((await store.loadBalancing.legacyPools()).map((l) => l.notificationEmail)).toEqual(['a@example.com']);
+    });
+
+    it('checks a policy against a pool created in the same transaction', async () => {
+      const id = await store.write(async (tx) => {
+        const p = await tx.loadBalancing.createPool(account, 'p', null, { name: 'p', origins: [], minimum_origins: 1, notification_email: '', notification_filter: null });
+        return tx.alerting.createPolicy(account, { name: 'n', alert_type: 'load_balancing_health_alert', enabled: true, filters: { pool_id: [p.id] }, mechanisms: { email: [{ id: 'ops@example.com' }] } });
+      });
+      expect((await store.alerting.policy(account, id)).filters).toEqual({ pool_id: [expect.stringMatching(/^[0-9a-f]{32}$/)] });
+      await expect(
+        store.alerting.createPolicy(account, { name: 'n', alert_type: 'load_balancing_health_alert', enabled: true, filters: { pool_id: [newId()] }, mechanisms: {} }),
+      ).rejects.toMatchObject({ name: 'FieldErrors' });
+    });
+
+    it('never hands one outbox row to two claimers at once, and hands a row whose lease ran out back, under its id, with the interrupted attempt in the history', async () => {
+      const payload = JSON.stringify({ name: 'n', description: 'd', alert_type: 'load_balancing_health_alert', text: 't', subject: 's' });
+      const now = 1_800_000_000_000;
+      const ids: string[] = [];
+      for (let i = 0; i < 6; i++) ids.push(await store.outbox.enqueue({ accountId: account, policyId: null, eventId: newId(), mechanismType: 'webhook', target: 't', payload, nowMs: now + i }));
+      const [a, b] = await Promise.all([store.write((tx) => tx.outbox.claim('h:1:a', now + 10, 1000, 4)), store.write((tx) => tx.outbox.claim('h:2:b', now + 10, 1000, 4))]);
+      const claimed = [...a, ...b].map((r) => r.id);
+      expect(claimed.length).toBe(6);
+      expect(new Set(claimed)).toEqual(new Set(ids));
+      // Leased: nobody gets them again before the lease runs out.
+      expect(await store.write((tx) => tx.outbox.claim('h:3:c', now + 500, 1000, 10))).toEqual([]);
+      // After: the same rows, the same ids, and the interrupted attempts recorded.
+      const again = await store.write((tx) => tx.outbox.claim('h:3:c', now + 2000, 1000, 10));
+      expect(new Set(again.map((r) => r.id))).toEqual(new Set(ids));
+      expect(again.every((r) => r.attempts === 1 && r.lease_owner === 'h:3:c')).toBe(true);
+      const history = await store.outbox.history(account, { page: 1, perPage: 50 });
+      expect(history.total).toBe(6);
+      expect(history.items.every((h) => h.outcome === 'failed' && h.error!.startsWith('error 9400: attempt interrupted'))).toBe(true);
+    });
+
     it('runs the writes it accepted before closing, then refuses new ones with 8001', async () => {
       const accepted = store.write((tx) => tx.users.create(user(account, 1)));
       await store.close();

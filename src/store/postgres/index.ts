@@ -8,3 +8,7 @@ export { Leases, LeaseKeeper, type LeaseGrant, type LeaseHolder, type KeeperOpti
 export { DATABASE_URL_ENV, databaseUrlFrom, parseTarget, redactUrl, mapPgError, type PgTarget } from './connection.js';
 export { PgStore, type PgStoreOptions } from './pg-store.js';
 export { PgChangeFeed, CHANGES_CHANNEL } from './pg-change-feed.js';
+export type { PgRepoContext } from './pg-repo-context.js';
+export { PgListsRepo } from './pg-lists.js';
+export { PgLoadBalancingRepo } from './pg-load-balancing.js';
+export type { PgNotifyFactory } from './pg-notify-factory.js';

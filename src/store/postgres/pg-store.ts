@@ -26,13 +26,12 @@ import { redactUrl } from './connection.js';
 import { CHANGES_CHANNEL, PgChangeFeed } from './pg-change-feed.js';
 import { PgDatabase, type PgClient, type PgLog, type PgOpenOptions } from './pg-database.js';
 import type { PgListener } from './pg-listener.js';
+import type { PgNotifyFactory } from './pg-notify-factory.js';
 import type { PgRepoContext } from './pg-repo-context.js';
 import type { PgShared } from './pg-shared.js';
-import { PgAlertingRepo } from './pg-alerting.js';
 import { PgDaemonsRepo } from './pg-daemons.js';
 import { PgListsRepo } from './pg-lists.js';
 import { PgLoadBalancingRepo } from './pg-load-balancing.js';
-import { PgOutboxRepo } from './pg-outbox.js';
 import { PgRulesetsRepo } from './pg-rulesets.js';
 import { PgTokensRepo } from './pg-tokens.js';
 import { keyMemoKey, PgUsersRepo } from './pg-users.js';
@@ -51,7 +50,7 @@ const READS: { readonly [K in keyof Repos]: ReadonlySet<string> } = {
 
 /** Writes that change nothing a daemon is sent or a memo holds: committed without signalling the feed (as SQLite's recordStatus). */
 const QUIET = new Set(['daemons.recordStatus']);
-/** Writes after which Store.onPoolsWritten's listeners run. */
+/** Pool writes: named in the notification, so other replicas run their Store.onPoolsWritten listeners. */
 const POOL_WRITES = new Set(['loadBalancing.createPool', 'loadBalancing.updatePool', 'loadBalancing.deletePool', 'loadBalancing.bulkSetNotificationEmail']);
 /** The name of pool writes in a notification's payload. */
 const POOLS = 'pools';
@@ -112,6 +111,7 @@ export class PgStore implements Store {
 
   private constructor(
     readonly database: PgDatabase,
+    private readonly notify: PgNotifyFactory,
     secret: Buffer,
     legacyLeft: boolean,
     private readonly log: PgLog | undefined,
@@ -161,12 +161,16 @@ export class PgStore implements Store {
    * creates the installation's key-hashing secret, and starts listening for
    * other stores' changes.
    */
-  static async open(url: string, options: PgStoreOptions = {}): Promise<PgStore> {
-    return PgStore.over(await PgDatabase.connect(url, options), options.log);
+  static async open(url: string, notify: PgNotifyFactory, options: PgStoreOptions = {}): Promise<PgStore> {
+    return PgStore.over(await PgDatabase.connect(url, options), notify, options.log);
   }
 
-  /** A store over an open database (closed with it on failure and by close()). */
-  static async over(database: PgDatabase, log?: PgLog): Promise<PgStore> {
+  /**
+   * A store over an open database (closed with it on failure and by close()).
+   * `notify` builds the notification repositories (notify's pgNotifyRepos:
+   * the store may not import notify).
+   */
+  static async over(database: PgDatabase, notify: PgNotifyFactory, log?: PgLog): Promise<PgStore> {
     try {
       // ON CONFLICT DO NOTHING: replicas opening an empty database at once
       // agree on the first secret committed (the others wait on its row, then
@@ -174,7 +178,7 @@ export class PgStore implements Store {
       await database.query('INSERT INTO auth_secret (id, secret) VALUES (1, $1) ON CONFLICT (id) DO NOTHING', [randomBytes(32)]);
       const secret = (await database.query<{ secret: Buffer }>('SELECT secret FROM auth_secret WHERE id = 1'))[0]!.secret;
       const legacy = (await database.query<{ n: number }>("SELECT count(*) AS n FROM api_keys WHERE scheme = 'scrypt' AND revoked_on IS NULL"))[0]!.n;
-      const store = new PgStore(database, secret, legacy > 0, log);
+      const store = new PgStore(database, notify, secret, legacy > 0, log);
       store.listener = await database.listen([CHANGES_CHANNEL], {
         onNotify: (_channel, payload) => store.notified(payload),
         onReconnect: () => {
@@ -273,7 +277,8 @@ export class PgStore implements Store {
     }, { attempts: WRITE_ATTEMPTS });
     this.seen++;
     this.stats.commits++;
-    this.committed(changedRepos(touched));
+    // Pool listeners are called by the load balancing repository (afterCommit).
+    this.committed(changedRepos(touched), false);
     this.afterCommit(after);
     return value;
   }
@@ -293,11 +298,11 @@ export class PgStore implements Store {
     }
   }
 
-  /** After a commit (this store's or another's): the feed and the pool listeners. */
-  private committed(repos: readonly string[]): void {
+  /** After a commit (this store's or another's): the feed, and for another's pool writes the pool listeners. */
+  private committed(repos: readonly string[], remote: boolean): void {
     if (repos.length === 1 && repos[0] === 'quiet') return;
     this.changes.signal();
-    if (repos.includes(POOLS)) for (const l of this.poolListeners) this.safely(l);
+    if (remote && repos.includes(POOLS)) for (const l of this.poolListeners) this.safely(l);
   }
 
   /** A notification on CHANGES_CHANNEL. */
@@ -312,7 +317,7 @@ export class PgStore implements Store {
     if (payload?.from === this.id) return;
     this.seen++;
     // An unknown payload signals everything.
-    this.committed(payload?.repos ?? [POOLS]);
+    this.committed(payload?.repos ?? [POOLS], true);
   }
 
   private safely(f: () => void): void {
@@ -355,15 +360,16 @@ export class PgStore implements Store {
           };
         },
       });
+    const n = this.notify(ctx);
     ctx.tx = {
       users: record('users', new PgUsersRepo(ctx, this.shared)),
       tokens: record('tokens', new PgTokensRepo(ctx, this.shared)),
       rulesets: record('rulesets', new PgRulesetsRepo(ctx, this.shared)),
       lists: record('lists', new PgListsRepo(ctx)),
       daemons: record('daemons', new PgDaemonsRepo(ctx)),
-      loadBalancing: record('loadBalancing', new PgLoadBalancingRepo(ctx)),
-      alerting: record('alerting', new PgAlertingRepo(ctx)),
-      outbox: record('outbox', new PgOutboxRepo(ctx)),
+      loadBalancing: record('loadBalancing', new PgLoadBalancingRepo(ctx, this.poolListeners)),
+      alerting: record('alerting', n.alerting),
+      outbox: record('outbox', n.outbox),
     };
     return ctx.tx;
   }

@@ -10,6 +10,7 @@
 import { randomBytes } from 'node:crypto';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { afterEach, describe, expect, it } from 'vitest';
+import { pgNotifyRepos } from '../../../src/notify/index.js';
 import { newId, PgStore, type StoredRule } from '../../../src/store/index.js';
 import { scryptHash } from '../../../src/store/users.js';
 import { storeContract } from '../../support/store-contract.js';
@@ -19,7 +20,7 @@ const RUN = requirePostgres();
 const cluster = usePostgres(RUN);
 
 describe.skipIf(!RUN)('PgStore', () => {
-  storeContract('PostgreSQL', async () => ({ store: await PgStore.open(await cluster().createDatabase()), dispose: () => undefined }));
+  storeContract('PostgreSQL', async () => ({ store: await PgStore.open(await cluster().createDatabase(), pgNotifyRepos), dispose: () => undefined }));
 });
 
 const open: PgStore[] = [];
@@ -29,7 +30,7 @@ afterEach(async () => {
 
 async function replicas(n: number, url?: string): Promise<{ url: string; stores: PgStore[] }> {
   const u = url ?? (await cluster().createDatabase());
-  const stores = await Promise.all(Array.from({ length: n }, (_, i) => PgStore.open(u, { applicationName: `moat-replica-${i}` })));
+  const stores = await Promise.all(Array.from({ length: n }, (_, i) => PgStore.open(u, pgNotifyRepos, { applicationName: `moat-replica-${i}` })));
   open.push(...stores);
   return { url: u, stores };
 }

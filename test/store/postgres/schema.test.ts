@@ -132,9 +132,8 @@ function differences(sqlite: Schema, pg: Schema): string[] {
       }
     }
     for (const q of p.columns) if (!t.columns.some((c) => c.name === q.name) && !PG_ONLY_COLUMNS.includes(`${name}.${q.name}`)) out.push(`column ${name}.${q.name}: only in PostgreSQL`);
-    const order = (cols: Column[]) => cols.map((c) => c.name).join(',');
-    const shared = p.columns.filter((c) => !PG_ONLY_COLUMNS.includes(`${name}.${c.name}`));
-    if (order(t.columns) !== order(shared) && t.columns.length === shared.length) out.push(`table ${name}: columns in another order`);
+    const order = (cols: Column[]) => cols.map((c) => c.name).filter((c) => !PG_ONLY_COLUMNS.includes(`${name}.${c}`)).join(',');
+    if (order(t.columns) !== order(p.columns) && t.columns.length === p.columns.filter((c) => !PG_ONLY_COLUMNS.includes(`${name}.${c.name}`)).length) out.push(`table ${name}: columns in another order`);
     if (JSON.stringify(t.indexes) !== JSON.stringify(p.indexes)) out.push(`table ${name}: indexes ${JSON.stringify(t.indexes)} in SQLite, ${JSON.stringify(p.indexes)} in PostgreSQL`);
     if (JSON.stringify(t.keys) !== JSON.stringify(p.keys)) out.push(`table ${name}: keys ${JSON.stringify(t.keys)} in SQLite, ${JSON.stringify(p.keys)} in PostgreSQL`);
   }
