@@ -172,11 +172,16 @@ export class PgStore implements Store {
    */
   static async over(database: PgDatabase, notify: PgNotifyFactory, log?: PgLog): Promise<PgStore> {
     try {
+      // Read first (a database opened read-only has it already); when missing,
       // ON CONFLICT DO NOTHING: replicas opening an empty database at once
       // agree on the first secret committed (the others wait on its row, then
       // insert nothing), as SQLite's INSERT OR IGNORE.
-      await database.query('INSERT INTO auth_secret (id, secret) VALUES (1, $1) ON CONFLICT (id) DO NOTHING', [randomBytes(32)]);
-      const secret = (await database.query<{ secret: Buffer }>('SELECT secret FROM auth_secret WHERE id = 1'))[0]!.secret;
+      const readSecret = async () => (await database.query<{ secret: Buffer }>('SELECT secret FROM auth_secret WHERE id = 1'))[0]?.secret;
+      let secret = await readSecret();
+      if (secret === undefined) {
+        await database.query('INSERT INTO auth_secret (id, secret) VALUES (1, $1) ON CONFLICT (id) DO NOTHING', [randomBytes(32)]);
+        secret = (await readSecret())!;
+      }
       const legacy = (await database.query<{ n: number }>("SELECT count(*) AS n FROM api_keys WHERE scheme = 'scrypt' AND revoked_on IS NULL"))[0]!.n;
       const store = new PgStore(database, notify, secret, legacy > 0, log);
       store.listener = await database.listen([CHANGES_CHANNEL], {

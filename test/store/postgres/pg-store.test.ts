@@ -199,6 +199,15 @@ describe.skipIf(!RUN)('PgStore: several replicas on one database', () => {
     expect(await stores[1]!.users.count()).toBe(1);
   });
 
+  it('is not writable, and says why, on a database whose transactions are read-only', async () => {
+    const { url } = await replicas(1);
+    await cluster().admin(`ALTER DATABASE "${databaseOf(url)}" SET default_transaction_read_only = on`);
+    // Sessions opened from now on get the setting; the schema is there already (no migration to run).
+    const s = await PgStore.open(url, pgNotifyRepos, { migrate: false });
+    open.push(s);
+    expect(await s.writable()).toMatch(/makes transactions read-only \(default_transaction_read_only\)$/);
+  });
+
   it('refuses a call after close with 8001 and names the database without its password', async () => {
     const { stores } = await replicas(1);
     const s = stores[0]!;
