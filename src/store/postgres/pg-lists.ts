@@ -128,7 +128,7 @@ export class PgListsRepo implements ListsRepo {
   }
 
   all(accountId: string): Promise<ListObject[]> {
-    return this.rows<ListObject>(`${LIST_SELECT} WHERE l.account_id = $1 ORDER BY l.created_on, l.rowid`, [accountId]);
+    return this.rows<ListObject>(`${LIST_SELECT} WHERE l.account_id = $1 ORDER BY l.created_on COLLATE "C", l.rowid`, [accountId]);
   }
 
   get(accountId: string, listId: string): Promise<ListObject | undefined> {
