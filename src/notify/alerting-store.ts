@@ -17,7 +17,7 @@ export interface PoolDirectory {
   poolExists(accountId: string, poolId: string): boolean;
 }
 
-interface PolicyRow {
+export interface PolicyRow {
   id: string;
   name: string;
   description: string;
@@ -30,7 +30,7 @@ interface PolicyRow {
   modified: string;
 }
 
-interface WebhookRow {
+export interface WebhookRow {
   id: string;
   name: string;
   url: string;
@@ -67,7 +67,7 @@ function isObject(v: unknown): v is Record<string, unknown> {
   return typeof v === 'object' && v !== null && !Array.isArray(v);
 }
 
-function policyObject(r: PolicyRow): PolicyObject {
+export function policyObject(r: PolicyRow): PolicyObject {
   const o: PolicyObject = {
     id: r.id,
     name: r.name,
@@ -83,7 +83,7 @@ function policyObject(r: PolicyRow): PolicyObject {
   return o;
 }
 
-function webhookObject(r: WebhookRow): WebhookObject {
+export function webhookObject(r: WebhookRow): WebhookObject {
   return { id: r.id, name: r.name, url: r.url, type: r.type, created_at: r.created_at, last_success: r.last_success, last_failure: r.last_failure };
 }
 
@@ -112,6 +112,150 @@ export function checkWebhook(body: unknown): WebhookInput {
   }
   if (errors.length > 0) throw new FieldErrors(errors);
   return { name: name as string, url: url!, secret: secret as string | undefined };
+}
+
+/** What a policy check asks of the database: whether a pool or a webhook destination of the account exists. */
+export interface PolicyLookups {
+  poolExists(accountId: string, poolId: string): boolean;
+  webhookExists(accountId: string, webhookId: string): boolean;
+}
+
+/** A checked policy, as its row stores it. */
+export interface CheckedPolicy {
+  name: string;
+  description: string;
+  enabled: boolean;
+  alert_type: string;
+  alert_interval: string | undefined;
+  filters: string | null;
+  mechanisms: string;
+}
+
+/**
+ * Checks a policy body (whole on create; any subset over `current` on
+ * update). Every problem is reported, each with its JSON pointer (FieldErrors).
+ * Synchronous over `lookups`, so each store implementation answers them its
+ * own way (SQLite queries at once; PostgreSQL loads the account's ids first).
+ */
+export function checkPolicyBody(accountId: string, body: unknown, current: PolicyObject | undefined, lookups: PolicyLookups): CheckedPolicy {
+  if (!isObject(body)) throw invalid('', 'the body must be a JSON object');
+  const errors: MoatError[] = [];
+  for (const k of Object.keys(body)) if (!POLICY_FIELDS.includes(k)) errors.push(invalid(`/${k}`, `unknown field "${k}"`));
+  const creating = current === undefined;
+  const required = (k: string) => {
+    if (creating && body[k] === undefined) errors.push(invalid(`/${k}`, `${k} is required`));
+  };
+  for (const k of ['name', 'alert_type', 'enabled', 'mechanisms']) required(k);
+  const text = (k: string, max: number): string | undefined => {
+    const v = body[k];
+    if (v === undefined) return undefined;
+    if (typeof v !== 'string' || v.length > max || (k === 'name' && v.trim() === '')) {
+      errors.push(invalid(`/${k}`, `${k} must be a ${k === 'name' ? 'non-empty ' : ''}string of at most ${max} characters`));
+      return undefined;
+    }
+    return v;
+  };
+  const name = text('name', MAX_NAME) ?? current?.name ?? '';
+  const description = text('description', MAX_DESCRIPTION) ?? current?.description ?? '';
+  let enabled = current?.enabled ?? true;
+  if (body['enabled'] !== undefined) {
+    if (typeof body['enabled'] !== 'boolean') errors.push(invalid('/enabled', 'enabled must be true or false'));
+    else enabled = body['enabled'];
+  }
+  let type = current?.alert_type ?? '';
+  if (body['alert_type'] !== undefined) {
+    const t = body['alert_type'];
+    if (typeof t !== 'string') errors.push(invalid('/alert_type', 'alert_type must be a string'));
+    else if (alertType(t) === undefined) {
+      errors.push(new MoatError('ALERT_UNSUPPORTED_TYPE', `alert_type "${t.slice(0, 80)}" is not supported by Moat; GET .../alerting/v3/available_alerts lists those that are`, { pointer: '/alert_type' }));
+    } else type = t;
+  }
+  let interval = current?.alert_interval;
+  if (body['alert_interval'] !== undefined) {
+    const v = body['alert_interval'];
+    if (typeof v !== 'string' || !/^\d{1,6}[smh]$/.test(v)) errors.push(invalid('/alert_interval', 'alert_interval must be a duration such as "30m", "1h" or "90s"'));
+    else interval = v;
+  }
+  // Filters are checked against the (possibly new) alert type, also when only the type changed.
+  let filters: string | null = current === undefined || Object.keys(current.filters).length === 0 ? null : JSON.stringify(current.filters);
+  if (body['filters'] !== undefined) filters = body['filters'] === null ? null : JSON.stringify(body['filters']);
+  const t = alertType(type);
+  if (t !== undefined && filters !== null) checkFilters(accountId, JSON.parse(filters), t.filters, errors, lookups);
+  let mechanisms = current === undefined ? '{}' : JSON.stringify(current.mechanisms);
+  if (body['mechanisms'] !== undefined) {
+    checkMechanisms(accountId, body['mechanisms'], errors, lookups);
+    mechanisms = JSON.stringify(body['mechanisms']);
+  }
+  if (errors.length > 0) throw new FieldErrors(errors);
+  return { name, description, enabled, alert_type: type, alert_interval: interval, filters, mechanisms };
+}
+
+function checkFilters(accountId: string, filters: unknown, options: readonly { key: string; values?: readonly string[] }[], errors: MoatError[], lookups: PolicyLookups): void {
+  if (!isObject(filters)) {
+    errors.push(invalid('/filters', 'filters must be an object of arrays of strings'));
+    return;
+  }
+  for (const [key, value] of Object.entries(filters)) {
+    const option = options.find((o) => o.key === key);
+    const at = `/filters/${key}`;
+    if (option === undefined) {
+      errors.push(invalid(at, `filter "${key.slice(0, 80)}" does not apply to this alert type; it takes ${options.map((o) => o.key).join(', ')}`));
+      continue;
+    }
+    if (!Array.isArray(value) || value.length === 0 || value.length > MAX_LIST) {
+      errors.push(invalid(at, `${key} must be an array of 1 to ${MAX_LIST} strings (leave it out to match every value)`));
+      continue;
+    }
+    const seen = new Set<string>();
+    value.forEach((v, i) => {
+      if (typeof v !== 'string') return errors.push(invalid(`${at}/${i}`, `${key} values are strings`));
+      if (seen.has(v)) return errors.push(invalid(`${at}/${i}`, `"${v.slice(0, 80)}" is given twice`));
+      seen.add(v);
+      if (option.values !== undefined) {
+        if (!option.values.includes(v)) errors.push(invalid(`${at}/${i}`, `"${v.slice(0, 80)}" is not a value of ${key}: use ${option.values.join(' or ')}`));
+      } else if (!isId(v) || !lookups.poolExists(accountId, v)) {
+        errors.push(invalid(`${at}/${i}`, `no pool ${v.slice(0, 80)} in this account`));
+      }
+      return undefined;
+    });
+  }
+}
+
+function checkMechanisms(accountId: string, m: unknown, errors: MoatError[], lookups: PolicyLookups): void {
+  if (!isObject(m)) {
+    errors.push(invalid('/mechanisms', 'mechanisms must be an object: {"email": [{"id": ADDRESS}], "webhooks": [{"id": DESTINATION_ID}]}'));
+    return;
+  }
+  for (const [kind, list] of Object.entries(m)) {
+    const at = `/mechanisms/${kind}`;
+    if (kind === 'pagerduty') {
+      errors.push(invalid(at, 'PagerDuty is not supported by Moat: use a webhook destination (PagerDuty Events API v2 accepts webhooks through an integration)'));
+      continue;
+    }
+    if (kind !== 'email' && kind !== 'webhooks') {
+      errors.push(invalid(at, `unknown mechanism "${kind.slice(0, 80)}": use email or webhooks`));
+      continue;
+    }
+    if (!Array.isArray(list) || list.length > MAX_LIST) {
+      errors.push(invalid(at, `${kind} must be an array of {"id": ...}`));
+      continue;
+    }
+    const seen = new Set<string>();
+    list.forEach((entry, i) => {
+      const id = isObject(entry) ? entry['id'] : undefined;
+      if (typeof id !== 'string' || (isObject(entry) && Object.keys(entry).some((k) => k !== 'id'))) {
+        return errors.push(invalid(`${at}/${i}`, `each ${kind} entry is {"id": ${kind === 'email' ? 'an address' : 'a webhook destination id'}}`));
+      }
+      const key = kind === 'email' ? id.toLowerCase() : id;
+      if (seen.has(key)) return errors.push(invalid(`${at}/${i}/id`, `"${id.slice(0, 80)}" is given twice`));
+      seen.add(key);
+      if (kind === 'email' && !isWellFormedEmail(id)) errors.push(invalid(`${at}/${i}/id`, `"${id.slice(0, 80)}" is not an email address`));
+      if (kind === 'webhooks' && (!isId(id) || !lookups.webhookExists(accountId, id))) {
+        errors.push(invalid(`${at}/${i}/id`, `no webhook destination ${id.slice(0, 80)} in this account`));
+      }
+      return undefined;
+    });
+  }
 }
 
 /** Policies and webhook destinations of every account. */
@@ -174,133 +318,12 @@ export class AlertingStore {
     });
   }
 
-  /**
-   * Checks a policy body (whole on create; any subset over `current` on
-   * update). Every problem is reported, each with its JSON pointer (FieldErrors).
-   */
-  private checkPolicy(
-    accountId: string,
-    body: unknown,
-    current: PolicyObject | undefined,
-  ): { name: string; description: string; enabled: boolean; alert_type: string; alert_interval: string | undefined; filters: string | null; mechanisms: string } {
-    if (!isObject(body)) throw invalid('', 'the body must be a JSON object');
-    const errors: MoatError[] = [];
-    for (const k of Object.keys(body)) if (!POLICY_FIELDS.includes(k)) errors.push(invalid(`/${k}`, `unknown field "${k}"`));
-    const creating = current === undefined;
-    const required = (k: string) => {
-      if (creating && body[k] === undefined) errors.push(invalid(`/${k}`, `${k} is required`));
-    };
-    for (const k of ['name', 'alert_type', 'enabled', 'mechanisms']) required(k);
-    const text = (k: string, max: number): string | undefined => {
-      const v = body[k];
-      if (v === undefined) return undefined;
-      if (typeof v !== 'string' || v.length > max || (k === 'name' && v.trim() === '')) {
-        errors.push(invalid(`/${k}`, `${k} must be a ${k === 'name' ? 'non-empty ' : ''}string of at most ${max} characters`));
-        return undefined;
-      }
-      return v;
-    };
-    const name = text('name', MAX_NAME) ?? current?.name ?? '';
-    const description = text('description', MAX_DESCRIPTION) ?? current?.description ?? '';
-    let enabled = current?.enabled ?? true;
-    if (body['enabled'] !== undefined) {
-      if (typeof body['enabled'] !== 'boolean') errors.push(invalid('/enabled', 'enabled must be true or false'));
-      else enabled = body['enabled'];
-    }
-    let type = current?.alert_type ?? '';
-    if (body['alert_type'] !== undefined) {
-      const t = body['alert_type'];
-      if (typeof t !== 'string') errors.push(invalid('/alert_type', 'alert_type must be a string'));
-      else if (alertType(t) === undefined) {
-        errors.push(new MoatError('ALERT_UNSUPPORTED_TYPE', `alert_type "${t.slice(0, 80)}" is not supported by Moat; GET .../alerting/v3/available_alerts lists those that are`, { pointer: '/alert_type' }));
-      } else type = t;
-    }
-    let interval = current?.alert_interval;
-    if (body['alert_interval'] !== undefined) {
-      const v = body['alert_interval'];
-      if (typeof v !== 'string' || !/^\d{1,6}[smh]$/.test(v)) errors.push(invalid('/alert_interval', 'alert_interval must be a duration such as "30m", "1h" or "90s"'));
-      else interval = v;
-    }
-    // Filters are checked against the (possibly new) alert type, also when only the type changed.
-    let filters: string | null = current === undefined || Object.keys(current.filters).length === 0 ? null : JSON.stringify(current.filters);
-    if (body['filters'] !== undefined) filters = body['filters'] === null ? null : JSON.stringify(body['filters']);
-    const t = alertType(type);
-    if (t !== undefined && filters !== null) this.checkFilters(accountId, JSON.parse(filters), t.filters, errors);
-    let mechanisms = current === undefined ? '{}' : JSON.stringify(current.mechanisms);
-    if (body['mechanisms'] !== undefined) {
-      this.checkMechanisms(accountId, body['mechanisms'], errors);
-      mechanisms = JSON.stringify(body['mechanisms']);
-    }
-    if (errors.length > 0) throw new FieldErrors(errors);
-    return { name, description, enabled, alert_type: type, alert_interval: interval, filters, mechanisms };
-  }
-
-  private checkFilters(accountId: string, filters: unknown, options: readonly { key: string; values?: readonly string[] }[], errors: MoatError[]): void {
-    if (!isObject(filters)) {
-      errors.push(invalid('/filters', 'filters must be an object of arrays of strings'));
-      return;
-    }
-    for (const [key, value] of Object.entries(filters)) {
-      const option = options.find((o) => o.key === key);
-      const at = `/filters/${key}`;
-      if (option === undefined) {
-        errors.push(invalid(at, `filter "${key.slice(0, 80)}" does not apply to this alert type; it takes ${options.map((o) => o.key).join(', ')}`));
-        continue;
-      }
-      if (!Array.isArray(value) || value.length === 0 || value.length > MAX_LIST) {
-        errors.push(invalid(at, `${key} must be an array of 1 to ${MAX_LIST} strings (leave it out to match every value)`));
-        continue;
-      }
-      const seen = new Set<string>();
-      value.forEach((v, i) => {
-        if (typeof v !== 'string') return errors.push(invalid(`${at}/${i}`, `${key} values are strings`));
-        if (seen.has(v)) return errors.push(invalid(`${at}/${i}`, `"${v.slice(0, 80)}" is given twice`));
-        seen.add(v);
-        if (option.values !== undefined) {
-          if (!option.values.includes(v)) errors.push(invalid(`${at}/${i}`, `"${v.slice(0, 80)}" is not a value of ${key}: use ${option.values.join(' or ')}`));
-        } else if (!isId(v) || !this.pools.poolExists(accountId, v)) {
-          errors.push(invalid(`${at}/${i}`, `no pool ${v.slice(0, 80)} in this account`));
-        }
-        return undefined;
-      });
-    }
-  }
-
-  private checkMechanisms(accountId: string, m: unknown, errors: MoatError[]): void {
-    if (!isObject(m)) {
-      errors.push(invalid('/mechanisms', 'mechanisms must be an object: {"email": [{"id": ADDRESS}], "webhooks": [{"id": DESTINATION_ID}]}'));
-      return;
-    }
-    for (const [kind, list] of Object.entries(m)) {
-      const at = `/mechanisms/${kind}`;
-      if (kind === 'pagerduty') {
-        errors.push(invalid(at, 'PagerDuty is not supported by Moat: use a webhook destination (PagerDuty Events API v2 accepts webhooks through an integration)'));
-        continue;
-      }
-      if (kind !== 'email' && kind !== 'webhooks') {
-        errors.push(invalid(at, `unknown mechanism "${kind.slice(0, 80)}": use email or webhooks`));
-        continue;
-      }
-      if (!Array.isArray(list) || list.length > MAX_LIST) {
-        errors.push(invalid(at, `${kind} must be an array of {"id": ...}`));
-        continue;
-      }
-      const seen = new Set<string>();
-      list.forEach((entry, i) => {
-        const id = isObject(entry) ? entry['id'] : undefined;
-        if (typeof id !== 'string' || (isObject(entry) && Object.keys(entry).some((k) => k !== 'id'))) {
-          return errors.push(invalid(`${at}/${i}`, `each ${kind} entry is {"id": ${kind === 'email' ? 'an address' : 'a webhook destination id'}}`));
-        }
-        const key = kind === 'email' ? id.toLowerCase() : id;
-        if (seen.has(key)) return errors.push(invalid(`${at}/${i}/id`, `"${id.slice(0, 80)}" is given twice`));
-        seen.add(key);
-        if (kind === 'email' && !isWellFormedEmail(id)) errors.push(invalid(`${at}/${i}/id`, `"${id.slice(0, 80)}" is not an email address`));
-        if (kind === 'webhooks' && (!isId(id) || this.webhookRow(accountId, id) === undefined)) {
-          errors.push(invalid(`${at}/${i}/id`, `no webhook destination ${id.slice(0, 80)} in this account`));
-        }
-        return undefined;
-      });
-    }
+  /** Checks a policy body against this database's pools and destinations (see checkPolicyBody). */
+  private checkPolicy(accountId: string, body: unknown, current: PolicyObject | undefined): CheckedPolicy {
+    return checkPolicyBody(accountId, body, current, {
+      poolExists: (a, id) => this.pools.poolExists(a, id),
+      webhookExists: (a, id) => this.webhookRow(a, id) !== undefined,
+    });
   }
 
   // ---- webhook destinations

@@ -13,7 +13,7 @@ import { isId, newId, nowStamp } from './ids.js';
 /** The prefix of every daemon token (tells it apart from an API token in logs and config files). */
 export const DAEMON_TOKEN_PREFIX = 'moatd_';
 
-const DAEMON_TOKEN = /^moatd_[A-Za-z0-9_-]{40}$/;
+export const DAEMON_TOKEN = /^moatd_[A-Za-z0-9_-]{40}$/;
 
 /** A ruleset a daemon runs: an entrypoint or a managed ruleset, at a version. */
 export interface RunningRuleset {
@@ -60,7 +60,8 @@ export interface DaemonInfo {
   last_seen: string | null;
 }
 
-interface Row {
+/** A daemons row as stored (the PostgreSQL repository reads the same). */
+export interface DaemonRow {
   id: string;
   name: string;
   account_id: string;
@@ -82,10 +83,10 @@ interface Row {
   last_seen: string | null;
 }
 
-const COLUMNS =
+export const DAEMON_COLUMNS =
   'id, name, account_id, zone_id, created_on, revoked_on, connected, connected_since, disconnected_at, remote_address, moat_version, digest, account_version, zone_version, runs, applied_on, last_rejection, counters, last_seen';
 
-function info(r: Row): DaemonInfo {
+export function daemonInfo(r: DaemonRow): DaemonInfo {
   return {
     id: r.id,
     name: r.name,
@@ -108,7 +109,7 @@ function info(r: Row): DaemonInfo {
   };
 }
 
-function digest(token: string): Buffer {
+export function tokenDigest(token: string): Buffer {
   return createHash('sha256').update(token).digest();
 }
 
@@ -154,31 +155,31 @@ export class Daemons {
       if (db.prepare('SELECT 1 FROM daemons WHERE account_id = ? AND name = ?').get(input.accountId, name) !== undefined) {
         throw new MoatError('USER_BAD_INPUT', `account ${input.accountId} already has a daemon named "${name}" (names are unique per account; see \`moat daemons list\`)`);
       }
-      db.prepare('INSERT INTO daemons (id, account_id, zone_id, name, hash, created_on) VALUES (?, ?, ?, ?, ?, ?)').run(id, input.accountId, zoneId, name, digest(token), nowStamp());
+      db.prepare('INSERT INTO daemons (id, account_id, zone_id, name, hash, created_on) VALUES (?, ?, ?, ?, ?, ?)').run(id, input.accountId, zoneId, name, tokenDigest(token), nowStamp());
     });
     return { info: this.get(id)!, token };
   }
 
   /** One daemon by id, or undefined. */
   get(id: string): DaemonInfo | undefined {
-    const r = this.store.db.prepare(`SELECT ${COLUMNS} FROM daemons WHERE id = ?`).get(id) as Row | undefined;
-    return r === undefined ? undefined : info(r);
+    const r = this.store.db.prepare(`SELECT ${DAEMON_COLUMNS} FROM daemons WHERE id = ?`).get(id) as DaemonRow | undefined;
+    return r === undefined ? undefined : daemonInfo(r);
   }
 
   /** Daemons (of one account when given), by name; `page` counts from 1. */
   list(filter: { accountId?: string | undefined } = {}): DaemonInfo[] {
     const rows = (
       filter.accountId === undefined
-        ? this.store.db.prepare(`SELECT ${COLUMNS} FROM daemons ORDER BY account_id, name, id`).all()
-        : this.store.db.prepare(`SELECT ${COLUMNS} FROM daemons WHERE account_id = ? ORDER BY name, id`).all(filter.accountId)
-    ) as Row[];
-    return rows.map(info);
+        ? this.store.db.prepare(`SELECT ${DAEMON_COLUMNS} FROM daemons ORDER BY account_id, name, id`).all()
+        : this.store.db.prepare(`SELECT ${DAEMON_COLUMNS} FROM daemons WHERE account_id = ? ORDER BY name, id`).all(filter.accountId)
+    ) as DaemonRow[];
+    return rows.map(daemonInfo);
   }
 
   /** The daemon a token names (revoked ones too, flagged), or undefined for an unknown token. */
   verify(token: string): DaemonIdentity | undefined {
     if (!DAEMON_TOKEN.test(token)) return undefined;
-    const h = digest(token);
+    const h = tokenDigest(token);
     const r = this.store.db.prepare('SELECT id, name, account_id, zone_id, hash, revoked_on FROM daemons WHERE hash = ?').get(h) as
       | { id: string; name: string; account_id: string; zone_id: string | null; hash: Buffer; revoked_on: string | null }
       | undefined;

@@ -64,11 +64,11 @@ export interface Visibility {
   zoneId: string | null;
 }
 
-const RS_COLUMNS = 'rowid, id, account_id, zone_id, kind, phase, name, description, latest_version, last_version, created_on';
+export const RS_COLUMNS = 'rowid, id, account_id, zone_id, kind, phase, name, description, latest_version, last_version, created_on';
 // Only what a stamp needs: every column read is a value converted per request.
-const STAMP_COLUMNS = 'r.id, r.kind, r.account_id, r.zone_id, v.version AS stamp_version, v.token AS stamp_token';
+export const STAMP_COLUMNS = 'r.id, r.kind, r.account_id, r.zone_id, v.version AS stamp_version, v.token AS stamp_token';
 
-function deepFreeze<T>(o: T): T {
+export function deepFreeze<T>(o: T): T {
   if (typeof o === 'object' && o !== null && !Object.isFrozen(o)) {
     Object.freeze(o);
     for (const v of Object.values(o)) deepFreeze(v);

@@ -92,6 +92,18 @@ const OUTBOX: readonly (keyof OutboxRepo)[] = [
   'recordDeprecationNotice',
 ];
 
+/** Every method of each repository interface (the PostgreSQL store routes the same). */
+export const REPO_METHODS: { readonly [K in keyof Repos]: readonly (keyof Repos[K])[] } = {
+  users: USERS,
+  tokens: TOKENS,
+  rulesets: RULESETS,
+  lists: LISTS,
+  daemons: DAEMONS,
+  loadBalancing: [...LOAD_BALANCING, 'recordProbes'],
+  alerting: ALERTING,
+  outbox: OUTBOX,
+};
+
 interface Job {
   fn: (tx: Repos) => Promise<unknown>;
   resolve: (v: unknown) => void;

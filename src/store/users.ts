@@ -44,17 +44,17 @@ const KEY = /^[A-Za-z0-9_-]{16,128}$/;
 const SCRYPT_KEYLEN = 32;
 
 /** How a key row's hash was made: the current scheme, or the one rows written before schema 4 keep until re-hashed. */
-const HMAC_SCHEME = 'hmac-sha256';
-const LEGACY_SCHEME = 'scrypt';
+export const HMAC_SCHEME = 'hmac-sha256';
+export const LEGACY_SCHEME = 'scrypt';
 
 /** The legacy hash: salted scrypt (about 40-60 ms a check, on the calling thread). */
-function scryptHash(key: string, salt: Buffer): Buffer {
+export function scryptHash(key: string, salt: Buffer): Buffer {
   return scryptSync(key, salt, SCRYPT_KEYLEN);
 }
 
 /** Compared against when no row matches, so a miss does the same work as a hit. */
-const DUMMY_HASH = randomBytes(32);
-const NO_SALT = Buffer.alloc(0);
+export const DUMMY_HASH = randomBytes(32);
+export const NO_SALT = Buffer.alloc(0);
 
 /** What checking an email and key found. */
 export type KeyCheck =

@@ -161,6 +161,14 @@ export class PgDatabase {
     const client = await this.pool.connect();
     // Set when the connection may be unusable: the pool then discards it instead of handing it out again.
     let broken: Error | undefined;
+    // A connection lost while checked out between two queries (the server
+    // restarted, pg_terminate_backend) is reported as an 'error' event, which
+    // pg.Pool listens to only on idle ones: unheard, it would crash the
+    // process. The next query of `fn` then fails, and the connection is discarded.
+    const onLost = (err: Error) => {
+      broken = err;
+    };
+    client.on('error', onLost);
     try {
       try {
         await client.query(begin);
@@ -188,6 +196,7 @@ export class PgDatabase {
       }
       return result;
     } finally {
+      client.off('error', onLost);
       client.release(broken);
     }
   }
