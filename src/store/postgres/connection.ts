@@ -6,7 +6,8 @@
 // the URL's host, port and database only, and every message is scrubbed of the
 // password in case a driver ever echoes it.
 
-import pg from 'pg';
+import type * as pg from 'pg';
+import { pgModule } from './pg-module.js';
 import { MoatError } from '../../errors/index.js';
 
 /** The environment variable that selects PostgreSQL when --database is not given. */
@@ -117,7 +118,7 @@ const INT8_OID = 20;
 /** Type parsers of every Moat connection: pg's, but int8 as a number. */
 export const TYPES: pg.CustomTypesConfig = {
   getTypeParser: ((oid: number, format?: 'text' | 'binary') =>
-    oid === INT8_OID && format !== 'binary' ? parseInt8 : pg.types.getTypeParser(oid, format)) as pg.CustomTypesConfig['getTypeParser'],
+    oid === INT8_OID && format !== 'binary' ? parseInt8 : pgModule().types.getTypeParser(oid, format)) as pg.CustomTypesConfig['getTypeParser'],
 };
 
 /** The pg client configuration for `target` (shared by the pool and the listener). */

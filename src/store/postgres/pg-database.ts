@@ -5,7 +5,8 @@
 // (pg-listener.ts), and a clean close. The repositories of the store build on
 // this; several `moat serve` replicas each hold one.
 
-import pg from 'pg';
+import type * as pg from 'pg';
+import { pgModule } from './pg-module.js';
 import { MoatError } from '../../errors/index.js';
 import { clientConfig, errorCode, isConnectionError, mapPgError, parseTarget, RETRYABLE_STATES, type PgTarget } from './connection.js';
 import { PgListener, type ListenerOptions } from './pg-listener.js';
@@ -73,7 +74,7 @@ export class PgDatabase {
     this.applicationName = options.applicationName ?? 'moat';
     this.connectTimeoutMs = options.connectTimeoutMs ?? 5000;
     this.log = options.log;
-    this.pool = new pg.Pool({ ...clientConfig(target, this.applicationName, this.connectTimeoutMs), max: options.max ?? 10 });
+    this.pool = new (pgModule().Pool)({ ...clientConfig(target, this.applicationName, this.connectTimeoutMs), max: options.max ?? 10 });
     // An idle connection the server drops (restart, failover, pg_terminate_backend)
     // is reported here; without a listener pg's pool would crash the process.
     // The pool discards it and opens another on the next query.

@@ -6,7 +6,8 @@
 // database (a control channel re-reads the latest versions). A notification is
 // a hint, the database the truth.
 
-import pg from 'pg';
+import type * as pg from 'pg';
+import { pgModule } from './pg-module.js';
 import { mapPgError, type PgTarget } from './connection.js';
 
 export interface ListenerOptions {
@@ -50,7 +51,7 @@ export class PgListener {
   }
 
   private async open(): Promise<void> {
-    const client = new pg.Client(this.config);
+    const client = new (pgModule().Client)(this.config);
     let lost = false;
     const onLost = (err?: Error): void => {
       if (lost) return;
