@@ -14,6 +14,51 @@ import type { NotificationPayload } from './notifier.js';
 /** Days the delivery history is kept (Cloudflare keeps 30 to 90 by plan). */
 export const HISTORY_DAYS = 90;
 
+/** The columns of an alert_history row, in the order historyValues gives them (both backends insert with these). */
+export const HISTORY_COLUMNS =
+  'id, account_id, notification_id, policy_id, name, description, alert_type, alert_body, mechanism, mechanism_type, sent, outcome, attempt, status_code, error';
+
+/** The values of one history row of an attempt on `row` (a new id each), in HISTORY_COLUMNS' order. */
+export function historyValues(
+  row: OutboxRow,
+  payload: NotificationPayload,
+  at: string,
+  outcome: HistoryObject['outcome'],
+  attempt: number,
+  statusCode: number | null,
+  error: string | null,
+): unknown[] {
+  return [
+    newId(),
+    row.account_id,
+    row.id,
+    row.policy_id,
+    payload.name,
+    payload.description,
+    payload.alert_type,
+    payload.body === undefined ? payload.text : JSON.stringify(payload.body),
+    row.target,
+    row.mechanism_type,
+    at,
+    outcome,
+    attempt,
+    statusCode,
+    error,
+  ];
+}
+
+/** The history and last_error text of a failed attempt. */
+export function attemptError(outcome: AttemptOutcome): string {
+  return `error ${outcome.code ?? 9400}: ${outcome.error ?? 'failed'}`;
+}
+
+/** The history text of a give-up after `attempt` attempts, the last failing with `error`. */
+export function gaveUpError(attempt: number, error: string): string {
+  return `error 9402: given up after ${attempt} attempt${attempt === 1 ? '' : 's'}; last: ${error}`;
+}
+
+const HISTORY_INSERT = `INSERT INTO alert_history (${HISTORY_COLUMNS}) VALUES (${HISTORY_COLUMNS.split(',').fill('?').join(', ')})`;
+
 /** The outbox and history tables. */
 export class Outbox {
   constructor(private readonly store: Database) {}
@@ -91,25 +136,8 @@ export class Outbox {
     const at = nowStamp(new Date(now));
     const payload = JSON.parse(row.payload) as NotificationPayload;
     const history = (outcome_: HistoryObject['outcome'], error: string | null) => {
-      db.prepare(
-        `INSERT INTO alert_history (id, account_id, notification_id, policy_id, name, description, alert_type, alert_body, mechanism, mechanism_type, sent, outcome, attempt, status_code, error)
-         VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
-      ).run(
-        newId(),
-        row.account_id,
-        row.id,
-        row.policy_id,
-        payload.name,
-        payload.description,
-        payload.alert_type,
-        payload.body === undefined ? payload.text : JSON.stringify(payload.body),
-        row.target,
-        row.mechanism_type,
-        at,
-        outcome_,
-        attempt,
-        outcome.statusCode ?? null,
-        error,
+      db.prepare(HISTORY_INSERT).run(
+        ...historyValues(row, payload, at, outcome_, attempt, outcome.statusCode ?? null, error),
       );
     };
     if (outcome.ok) {
@@ -117,10 +145,10 @@ export class Outbox {
       db.prepare("UPDATE alert_outbox SET status = 'delivered', attempts = ?, lease_owner = NULL, lease_until_ms = NULL, last_error = NULL, done_at = ? WHERE id = ?").run(attempt, at, row.id);
       return 'delivered';
     }
-    const error = `error ${outcome.code ?? 9400}: ${outcome.error ?? 'failed'}`;
+    const error = attemptError(outcome);
     history('failed', error);
     if (retryAt === undefined || outcome.final === true) {
-      history('gave_up', `error 9402: given up after ${attempt} attempt${attempt === 1 ? '' : 's'}; last: ${error}`);
+      history('gave_up', gaveUpError(attempt, error));
       db.prepare("UPDATE alert_outbox SET status = 'failed', attempts = ?, lease_owner = NULL, lease_until_ms = NULL, last_error = ?, done_at = ? WHERE id = ?").run(attempt, error, at, row.id);
       return 'gave_up';
     }

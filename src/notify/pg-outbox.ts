@@ -8,7 +8,9 @@
 
 import { newId, nowStamp, type AttemptOutcome, type HistoryObject, type NewOutboxRow, type OutboxRepo, type OutboxRow, type PgRepoContext } from '../store/index.js';
 import type { NotificationPayload } from './notifier.js';
-import { HISTORY_DAYS } from './outbox.js';
+import { attemptError, gaveUpError, HISTORY_COLUMNS, HISTORY_DAYS, historyValues } from './outbox.js';
+
+const HISTORY_INSERT = `INSERT INTO alert_history (${HISTORY_COLUMNS}) VALUES (${HISTORY_COLUMNS.split(',').map((_, i) => `$${i + 1}`).join(', ')})`;
 
 /** OutboxRepo on PostgreSQL. */
 export class PgOutboxRepo implements OutboxRepo {
@@ -68,36 +70,16 @@ export class PgOutboxRepo implements OutboxRepo {
     const at = nowStamp(new Date(now));
     const payload = JSON.parse(row.payload) as NotificationPayload;
     const history = (outcome_: HistoryObject['outcome'], error: string | null) =>
-      this.run(
-        `INSERT INTO alert_history (id, account_id, notification_id, policy_id, name, description, alert_type, alert_body, mechanism, mechanism_type, sent, outcome, attempt, status_code, error)
-         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15)`,
-        [
-          newId(),
-          row.account_id,
-          row.id,
-          row.policy_id,
-          payload.name,
-          payload.description,
-          payload.alert_type,
-          payload.body === undefined ? payload.text : JSON.stringify(payload.body),
-          row.target,
-          row.mechanism_type,
-          at,
-          outcome_,
-          attempt,
-          outcome.statusCode ?? null,
-          error,
-        ],
-      );
+      this.run(HISTORY_INSERT, historyValues(row, payload, at, outcome_, attempt, outcome.statusCode ?? null, error));
     if (outcome.ok) {
       await history('delivered', null);
       await this.run("UPDATE alert_outbox SET status = 'delivered', attempts = $1, lease_owner = NULL, lease_until_ms = NULL, last_error = NULL, done_at = $2 WHERE id = $3", [attempt, at, row.id]);
       return 'delivered';
     }
-    const error = `error ${outcome.code ?? 9400}: ${outcome.error ?? 'failed'}`;
+    const error = attemptError(outcome);
     await history('failed', error);
     if (retryAt === undefined || outcome.final === true) {
-      await history('gave_up', `error 9402: given up after ${attempt} attempt${attempt === 1 ? '' : 's'}; last: ${error}`);
+      await history('gave_up', gaveUpError(attempt, error));
       await this.run("UPDATE alert_outbox SET status = 'failed', attempts = $1, lease_owner = NULL, lease_until_ms = NULL, last_error = $2, done_at = $3 WHERE id = $4", [attempt, error, at, row.id]);
       return 'gave_up';
     }

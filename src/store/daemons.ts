@@ -136,11 +136,7 @@ export class Daemons {
    * name unique in the account; returns its token in clear (shown once).
    */
   create(input: { accountId: string; zoneId?: string | undefined; name: string }): { info: DaemonInfo; token: string } {
-    const name = input.name.trim();
-    if (name === '' || name.length > 120 || [...name].some((ch) => ch.charCodeAt(0) < 0x20)) throw new MoatError('USER_BAD_INPUT', 'a daemon needs a --name of 1 to 120 printable characters');
-    if (!isId(input.accountId)) throw new MoatError('USER_BAD_INPUT', `"${input.accountId}" is not an id: accounts are 32 lowercase hex characters`);
-    const zoneId = input.zoneId ?? null;
-    if (zoneId !== null && !isId(zoneId)) throw new MoatError('USER_BAD_INPUT', `"${zoneId}" is not an id: zones are 32 lowercase hex characters`);
+    const { name, zoneId } = daemonInput(input);
     const token = DAEMON_TOKEN_PREFIX + randomBytes(30).toString('base64url');
     const id = newId();
     this.store.write(() => {
@@ -246,39 +242,48 @@ export class Daemons {
     const db = this.store.db;
     db.transaction(() => {
       for (const u of updates) {
-        switch (u.kind) {
-          case 'connected':
-            db.prepare('UPDATE daemons SET connected = 1, connected_since = ?, remote_address = ?, moat_version = ?, last_seen = ? WHERE id = ?').run(u.at, u.remoteAddress, u.moatVersion, u.at, u.id);
-            break;
-          case 'disconnected':
-            // Only the connection that is recorded: one the daemon opened since (to another control plane) stays connected.
-            db.prepare('UPDATE daemons SET connected = 0, disconnected_at = ?, last_seen = ? WHERE id = ? AND connected_since = ?').run(u.at, u.at, u.id, u.since);
-            break;
-          case 'applied':
-            db.prepare('UPDATE daemons SET digest = ?, account_version = ?, zone_version = ?, runs = ?, applied_on = ?, last_seen = ? WHERE id = ?').run(
-              u.digest,
-              u.versions.account,
-              u.versions.zone,
-              JSON.stringify(u.rulesets),
-              u.at,
-              u.at,
-              u.id,
-            );
-            break;
-          case 'rejected':
-            db.prepare('UPDATE daemons SET last_rejection = ?, last_seen = ? WHERE id = ?').run(JSON.stringify(u.rejection), u.at, u.id);
-            break;
-          case 'seen':
-            if (u.counters === undefined) db.prepare('UPDATE daemons SET last_seen = ? WHERE id = ?').run(u.at, u.id);
-            else db.prepare('UPDATE daemons SET counters = ?, last_seen = ? WHERE id = ?').run(JSON.stringify(u.counters), u.at, u.id);
-            break;
-        }
+        const [sql, params] = statusStatement(u);
+        db.prepare(sql).run(...params);
       }
     }).immediate();
   }
 }
 
 /** One status change the hub records. */
+/** A new daemon's checked name (trimmed) and zone, or USER_BAD_INPUT; both backends check with this. */
+export function daemonInput(input: { accountId: string; zoneId?: string | undefined; name: string }): { name: string; zoneId: string | null } {
+  const name = input.name.trim();
+  if (name === '' || name.length > 120 || [...name].some((ch) => ch.charCodeAt(0) < 0x20)) throw new MoatError('USER_BAD_INPUT', 'a daemon needs a --name of 1 to 120 printable characters');
+  if (!isId(input.accountId)) throw new MoatError('USER_BAD_INPUT', `"${input.accountId}" is not an id: accounts are 32 lowercase hex characters`);
+  const zoneId = input.zoneId ?? null;
+  if (zoneId !== null && !isId(zoneId)) throw new MoatError('USER_BAD_INPUT', `"${zoneId}" is not an id: zones are 32 lowercase hex characters`);
+  return { name, zoneId };
+}
+
+/**
+ * The UPDATE that records one status update, with `?` placeholders (in order)
+ * and its parameters: both backends run it (PostgreSQL numbers the placeholders).
+ */
+export function statusStatement(u: StatusUpdate): [sql: string, params: unknown[]] {
+  switch (u.kind) {
+    case 'connected':
+      return ['UPDATE daemons SET connected = 1, connected_since = ?, remote_address = ?, moat_version = ?, last_seen = ? WHERE id = ?', [u.at, u.remoteAddress, u.moatVersion, u.at, u.id]];
+    case 'disconnected':
+      // Only the connection that is recorded: one the daemon opened since (to another control plane or replica) stays connected.
+      return ['UPDATE daemons SET connected = 0, disconnected_at = ?, last_seen = ? WHERE id = ? AND connected_since = ?', [u.at, u.at, u.id, u.since]];
+    case 'applied':
+      return [
+        'UPDATE daemons SET digest = ?, account_version = ?, zone_version = ?, runs = ?, applied_on = ?, last_seen = ? WHERE id = ?',
+        [u.digest, u.versions.account, u.versions.zone, JSON.stringify(u.rulesets), u.at, u.at, u.id],
+      ];
+    case 'rejected':
+      return ['UPDATE daemons SET last_rejection = ?, last_seen = ? WHERE id = ?', [JSON.stringify(u.rejection), u.at, u.id]];
+    case 'seen':
+      if (u.counters === undefined) return ['UPDATE daemons SET last_seen = ? WHERE id = ?', [u.at, u.id]];
+      return ['UPDATE daemons SET counters = ?, last_seen = ? WHERE id = ?', [JSON.stringify(u.counters), u.at, u.id]];
+  }
+}
+
 export type StatusUpdate =
   | { kind: 'connected'; id: string; at: string; remoteAddress: string; moatVersion: string }
   | { kind: 'disconnected'; id: string; at: string; since: string }

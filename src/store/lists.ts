@@ -152,7 +152,8 @@ interface ListRow {
   num_referencing_filters: number;
 }
 
-interface ItemRow {
+/** A list_items row as both backends read it. */
+export interface ItemRow {
   id: string;
   ip: string;
   sort_key: Buffer;
@@ -161,7 +162,8 @@ interface ItemRow {
   modified_on: string;
 }
 
-interface OperationRow {
+/** A bulk_operations row as both backends read it. */
+export interface OperationRow {
   id: string;
   account_id: string;
   list_id: string;
@@ -179,7 +181,7 @@ export interface QueuedOperation {
   listId: string;
 }
 
-function itemObject(r: ItemRow): ListItemObject {
+export function itemObject(r: ItemRow): ListItemObject {
   const o: ListItemObject = { id: r.id, ip: r.ip, created_on: r.created_on, modified_on: r.modified_on };
   if (r.comment !== null) o.comment = r.comment;
   return o;
@@ -187,11 +189,13 @@ function itemObject(r: ItemRow): ListItemObject {
 
 // Cursors are opaque to clients: a direction letter and the hex sort key of the
 // item the page stops at, so they stay valid while items are added or removed.
-function encodeCursor(dir: 'a' | 'b', key: Buffer): string {
+// postgres/pg-lists.ts uses these too, so a cursor one backend gave stays
+// valid on the other after migrate-store.
+export function encodeCursor(dir: 'a' | 'b', key: Buffer): string {
   return Buffer.from(dir + key.toString('hex')).toString('base64url');
 }
 
-function decodeCursor(cursor: string): { dir: 'a' | 'b'; key: Buffer } | undefined {
+export function decodeCursor(cursor: string): { dir: 'a' | 'b'; key: Buffer } | undefined {
   if (!/^[A-Za-z0-9_-]{1,100}$/.test(cursor)) return undefined;
   const s = Buffer.from(cursor, 'base64url').toString('latin1');
   const m = /^([ab])((?:[0-9a-f]{2}){6}|(?:[0-9a-f]{2}){18})$/.exec(s);
@@ -199,8 +203,29 @@ function decodeCursor(cursor: string): { dir: 'a' | 'b'; key: Buffer } | undefin
   return { dir: m[1] as 'a' | 'b', key: Buffer.from(m[2]!, 'hex') };
 }
 
-// A list with its item count and the number of rulesets (latest versions) that name it.
-const LIST_SELECT = `
+/**
+ * The page of up to perPage+1 rows read in direction `dir` (the extra one says
+ * whether there is a neighbour that way; `rows` is consumed), with its cursors:
+ * `after` unless going forward found the end, `before` when the page did not
+ * start at the beginning. Both backends page with this.
+ */
+export function itemPage(rows: ItemRow[], perPage: number, dir: 'a' | 'b', hasCursor: boolean): ItemPage {
+  const more = rows.length > perPage;
+  if (more) rows.pop();
+  if (dir === 'b') rows.reverse();
+  const page: ItemPage = { items: rows.map(itemObject) };
+  if (rows.length === 0) return page;
+  const first = rows[0]!.sort_key;
+  const last = rows[rows.length - 1]!.sort_key;
+  if (dir === 'a' ? more : true) page.after = encodeCursor('a', last);
+  if (dir === 'b' ? more : hasCursor) page.before = encodeCursor('b', first);
+  return page;
+}
+
+// A list with its item count and the number of rulesets (latest versions) that
+// name it; the column order is the ListObject's key order. Plain SQL both
+// backends run (postgres/pg-lists.ts appends its own WHERE with $n parameters).
+export const LIST_SELECT = `
   SELECT l.id, l.name, l.description, l.kind, l.created_on, l.modified_on,
     (SELECT count(*) FROM list_items i WHERE i.list_id = l.id) AS num_items,
     (SELECT count(*) FROM ruleset_list_refs f JOIN rulesets r ON r.id = f.ruleset_id
@@ -313,17 +338,7 @@ export class ListStore {
       const rows = this.db
         .prepare(`SELECT id, ip, sort_key, comment, created_on, modified_on FROM list_items WHERE ${where.join(' AND ')} ORDER BY sort_key ${dir === 'a' ? 'ASC' : 'DESC'} LIMIT ?`)
         .all(...args, options.perPage + 1) as ItemRow[];
-      const more = rows.length > options.perPage;
-      if (more) rows.pop();
-      if (dir === 'b') rows.reverse();
-      const page: ItemPage = { items: rows.map(itemObject) };
-      if (rows.length === 0) return page;
-      const first = rows[0]!.sort_key;
-      const last = rows[rows.length - 1]!.sort_key;
-      const hasCursor = options.cursor !== undefined && options.cursor !== '';
-      if (dir === 'a' ? more : true) page.after = encodeCursor('a', last);
-      if (dir === 'b' ? more : hasCursor) page.before = encodeCursor('b', first);
-      return page;
+      return itemPage(rows, options.perPage, dir, options.cursor !== undefined && options.cursor !== '');
     });
   }
 

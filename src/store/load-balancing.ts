@@ -45,9 +45,11 @@ export interface OriginHealthRow {
   checkedOn: string | null;
 }
 
-type PoolDb = { id: string; account_id: string; name: string; monitor_id: string | null; body: string; created_on: string; modified_on: string };
-type MonitorDb = { id: string; account_id: string; body: string; created_on: string; modified_on: string };
-type OriginDb = {
+// Rows as both backends read them and their mappers to the repository's
+// objects (postgres/pg-load-balancing.ts imports these).
+export type PoolDb = { id: string; account_id: string; name: string; monitor_id: string | null; body: string; created_on: string; modified_on: string };
+export type MonitorDb = { id: string; account_id: string; body: string; created_on: string; modified_on: string };
+export type OriginDb = {
   pool_id: string;
   origin_name: string;
   address: string;
@@ -60,7 +62,7 @@ type OriginDb = {
   checked_on: string | null;
 };
 
-const poolOf = (r: PoolDb): PoolRow => ({
+export const poolOf = (r: PoolDb): PoolRow => ({
   id: r.id,
   accountId: r.account_id,
   name: r.name,
@@ -69,8 +71,8 @@ const poolOf = (r: PoolDb): PoolRow => ({
   createdOn: r.created_on,
   modifiedOn: r.modified_on,
 });
-const monitorOf = (r: MonitorDb): MonitorRow => ({ id: r.id, accountId: r.account_id, body: JSON.parse(r.body) as Record<string, unknown>, createdOn: r.created_on, modifiedOn: r.modified_on });
-const originOf = (r: OriginDb): OriginHealthRow => ({
+export const monitorOf = (r: MonitorDb): MonitorRow => ({ id: r.id, accountId: r.account_id, body: JSON.parse(r.body) as Record<string, unknown>, createdOn: r.created_on, modifiedOn: r.modified_on });
+export const originOf = (r: OriginDb): OriginHealthRow => ({
   poolId: r.pool_id,
   originName: r.origin_name,
   address: r.address,

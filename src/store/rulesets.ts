@@ -68,6 +68,27 @@ export const RS_COLUMNS = 'rowid, id, account_id, zone_id, kind, phase, name, de
 // Only what a stamp needs: every column read is a value converted per request.
 export const STAMP_COLUMNS = 'r.id, r.kind, r.account_id, r.zone_id, v.version AS stamp_version, v.token AS stamp_token';
 
+/**
+ * A new version v of ruleset `id`: its ruleset_versions values (ruleset_id,
+ * version, description, last_updated, rules as [id, version] pairs, a fresh
+ * random token), and its version-cache entry with the key it is cached under
+ * (id/version/token). Both backends write versions with this.
+ */
+export function newVersion(
+  id: string,
+  v: number,
+  description: string,
+  lastUpdated: string,
+  rules: readonly StoredRule[],
+): { values: [string, number, string, string, string, number]; key: string; cached: VersionRow } {
+  const token = randomInt(1, 2 ** 47);
+  return {
+    values: [id, v, description, lastUpdated, JSON.stringify(rules.map((r) => [r.id, Number(r.version)])), token],
+    key: `${id}/${v}/${token}`,
+    cached: { version: v, description, last_updated: lastUpdated, rules: rules.map((r) => structuredClone(r)) },
+  };
+}
+
 export function deepFreeze<T>(o: T): T {
   if (typeof o === 'object' && o !== null && !Object.isFrozen(o)) {
     Object.freeze(o);
@@ -231,17 +252,10 @@ export class RulesetStore {
     // A rule version's body is written once: unchanged rules keep their (id, version) row.
     const addRule = this.store.db.prepare('INSERT OR IGNORE INTO ruleset_rules (ruleset_id, rule_id, rule_version, body) VALUES (?, ?, ?, ?)');
     for (const r of rules) addRule.run(id, r.id, Number(r.version), JSON.stringify(r));
-    const token = randomInt(1, 2 ** 47);
-    this.store.db.prepare('INSERT INTO ruleset_versions (ruleset_id, version, description, last_updated, rules, token) VALUES (?, ?, ?, ?, ?, ?)').run(
-      id,
-      v,
-      description,
-      lastUpdated,
-      JSON.stringify(rules.map((r) => [r.id, Number(r.version)])),
-      token,
-    );
+    const n = newVersion(id, v, description, lastUpdated, rules);
+    this.store.db.prepare('INSERT INTO ruleset_versions (ruleset_id, version, description, last_updated, rules, token) VALUES (?, ?, ?, ?, ?, ?)').run(...n.values);
     // The next write to this ruleset starts from this version: keep it parsed.
-    this.remember(`${id}/${v}/${token}`, { version: v, description, last_updated: lastUpdated, rules: rules.map((r) => structuredClone(r)) });
+    this.remember(n.key, n.cached);
     this.store.db.prepare('UPDATE rulesets SET latest_version = ?, last_version = ?, description = ? WHERE id = ?').run(v, v, description, id);
     this.setRefs(id, refs);
     return v;

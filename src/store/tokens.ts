@@ -31,8 +31,18 @@ export function isWellFormedToken(token: string): boolean {
   return TOKEN.test(token);
 }
 
-function digest(token: string): Buffer {
+/** What is stored of a token: its SHA-256 (both backends). */
+export function digest(token: string): Buffer {
   return createHash('sha256').update(token).digest();
+}
+
+/** A new token's checked name and accounts (trimmed, deduplicated), or USER_BAD_INPUT; both backends check with this. */
+export function tokenInput(input: { name: string; accounts?: string[] }): { name: string; accounts: string[] } {
+  const name = input.name.trim();
+  if (name === '' || name.length > 120) throw new MoatError('USER_BAD_INPUT', 'a token needs a --name of 1 to 120 characters');
+  const accounts = [...new Set(input.accounts ?? [])];
+  for (const a of accounts) if (!isId(a)) throw new MoatError('USER_BAD_INPUT', `"${a}" is not an id: accounts are 32 lowercase hex characters`);
+  return { name, accounts };
 }
 
 /** The tokens of the users in one database. */
@@ -48,10 +58,7 @@ export class Tokens {
    * `readOnly`; returns it in clear (shown once).
    */
   create(input: { email: string; name: string; accounts?: string[]; readOnly?: boolean }): { info: TokenInfo; token: string } {
-    const name = input.name.trim();
-    if (name === '' || name.length > 120) throw new MoatError('USER_BAD_INPUT', 'a token needs a --name of 1 to 120 characters');
-    const accounts = [...new Set(input.accounts ?? [])];
-    for (const a of accounts) if (!isId(a)) throw new MoatError('USER_BAD_INPUT', `"${a}" is not an id: accounts are 32 lowercase hex characters`);
+    const { name, accounts } = tokenInput(input);
     const token = randomBytes(30).toString('base64url');
     const id = newId();
     this.store.write(() => {

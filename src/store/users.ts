@@ -52,6 +52,12 @@ export function scryptHash(key: string, salt: Buffer): Buffer {
   return scryptSync(key, salt, SCRYPT_KEYLEN);
 }
 
+/** The legacy (scrypt) key row among `rows` that `key` verifies against, if any (both backends). */
+export function legacyMatch<K extends { salt: Buffer; hash: Buffer }>(rows: readonly K[], key: string): K | undefined {
+  for (const k of rows) if (timingSafeEqual(scryptHash(key, k.salt), k.hash)) return k;
+  return undefined;
+}
+
 /** Compared against when no row matches, so a miss does the same work as a hit. */
 export const DUMMY_HASH = randomBytes(32);
 export const NO_SALT = Buffer.alloc(0);
@@ -273,13 +279,10 @@ export class Users {
       .all(email, LEGACY_SCHEME) as { id: string; salt: Buffer; hash: Buffer; user_id: string; email: string }[];
     if (legacy.length === 0) return { outcome: 'unknown' };
     if (!mayCheckScrypt()) return { outcome: 'legacy-deferred' };
-    for (const k of legacy) {
-      if (timingSafeEqual(scryptHash(key, k.salt), k.hash)) {
-        this.upgrade(k.id, h);
-        return this.principal(k.user_id, k.email, k.id);
-      }
-    }
-    return { outcome: 'unknown' };
+    const k = legacyMatch(legacy, key);
+    if (k === undefined) return { outcome: 'unknown' };
+    this.upgrade(k.id, h);
+    return this.principal(k.user_id, k.email, k.id);
   }
 
   /** Re-hashes a legacy row whose key just verified; a busy database only postpones it to the key's next use. */

@@ -11,13 +11,15 @@ import {
   DAEMON_TOKEN,
   DAEMON_TOKEN_PREFIX,
   daemonInfo,
+  daemonInput,
+  statusStatement,
   tokenDigest,
   type DaemonIdentity,
   type DaemonInfo,
   type DaemonRow,
   type StatusUpdate,
 } from '../daemons.js';
-import { isId, newId, nowStamp } from '../ids.js';
+import { newId, nowStamp } from '../ids.js';
 import type { DaemonsRepo } from '../types.js';
 import type { PgRepoContext } from './pg-repo-context.js';
 
@@ -29,11 +31,7 @@ export class PgDaemonsRepo implements DaemonsRepo {
   }
 
   async create(input: { accountId: string; zoneId?: string | undefined; name: string }): Promise<{ info: DaemonInfo; token: string }> {
-    const name = input.name.trim();
-    if (name === '' || name.length > 120 || [...name].some((ch) => ch.charCodeAt(0) < 0x20)) throw new MoatError('USER_BAD_INPUT', 'a daemon needs a --name of 1 to 120 printable characters');
-    if (!isId(input.accountId)) throw new MoatError('USER_BAD_INPUT', `"${input.accountId}" is not an id: accounts are 32 lowercase hex characters`);
-    const zoneId = input.zoneId ?? null;
-    if (zoneId !== null && !isId(zoneId)) throw new MoatError('USER_BAD_INPUT', `"${zoneId}" is not an id: zones are 32 lowercase hex characters`);
+    const { name, zoneId } = daemonInput(input);
     const token = DAEMON_TOKEN_PREFIX + randomBytes(30).toString('base64url');
     const id = newId();
     if ((await this.rows('SELECT 1 FROM accounts WHERE id = $1', [input.accountId])).length === 0) {
@@ -107,33 +105,13 @@ export class PgDaemonsRepo implements DaemonsRepo {
   async recordStatus(updates: readonly StatusUpdate[]): Promise<void> {
     const c = this.ctx.client;
     for (const u of updates) {
-      switch (u.kind) {
-        case 'connected':
-          await c.query('UPDATE daemons SET connected = 1, connected_since = $1, remote_address = $2, moat_version = $3, last_seen = $4 WHERE id = $5', [u.at, u.remoteAddress, u.moatVersion, u.at, u.id]);
-          break;
-        case 'disconnected':
-          // Only the connection that is recorded: one the daemon opened since (to another replica) stays connected.
-          await c.query('UPDATE daemons SET connected = 0, disconnected_at = $1, last_seen = $2 WHERE id = $3 AND connected_since = $4', [u.at, u.at, u.id, u.since]);
-          break;
-        case 'applied':
-          await c.query('UPDATE daemons SET digest = $1, account_version = $2, zone_version = $3, runs = $4, applied_on = $5, last_seen = $6 WHERE id = $7', [
-            u.digest,
-            u.versions.account,
-            u.versions.zone,
-            JSON.stringify(u.rulesets),
-            u.at,
-            u.at,
-            u.id,
-          ]);
-          break;
-        case 'rejected':
-          await c.query('UPDATE daemons SET last_rejection = $1, last_seen = $2 WHERE id = $3', [JSON.stringify(u.rejection), u.at, u.id]);
-          break;
-        case 'seen':
-          if (u.counters === undefined) await c.query('UPDATE daemons SET last_seen = $1 WHERE id = $2', [u.at, u.id]);
-          else await c.query('UPDATE daemons SET counters = $1, last_seen = $2 WHERE id = $3', [JSON.stringify(u.counters), u.at, u.id]);
-          break;
-      }
+      const [sql, params] = statusStatement(u);
+      // The shared statement has SQLite's ? placeholders (and no ? in text): PostgreSQL's are numbered.
+      let n = 0;
+      await c.query(
+        sql.replace(/\?/g, () => `$${++n}`),
+        params,
+      );
     }
   }
 

@@ -10,67 +10,25 @@ import { MoatError } from '../../errors/index.js';
 import { newId, nowStamp } from '../ids.js';
 import {
   canonicalItemIp,
+  decodeCursor,
+  itemObject,
+  itemPage,
+  LIST_SELECT,
   managedListName,
   TOO_MANY_ITEMS_MESSAGE,
   type BulkOp,
   type BulkOperationObject,
   type ItemInput,
   type ItemPage,
+  type ItemRow,
   type ListItemObject,
   type ListObject,
+  type OperationRow,
   type QueuedOperation,
 } from '../lists.js';
 import type { ListsRepo } from '../types.js';
 import { errorCode, isConnectionError, RETRYABLE_STATES } from './connection.js';
 import type { PgRepoContext } from './pg-repo-context.js';
-
-interface ItemRow {
-  id: string;
-  ip: string;
-  sort_key: Buffer;
-  comment: string | null;
-  created_on: string;
-  modified_on: string;
-}
-
-interface OperationRow {
-  id: string;
-  account_id: string;
-  list_id: string;
-  op: BulkOp;
-  payload: string | null;
-  status: BulkOperationObject['status'];
-  error: string | null;
-  completed: string | null;
-}
-
-function itemObject(r: ItemRow): ListItemObject {
-  const o: ListItemObject = { id: r.id, ip: r.ip, created_on: r.created_on, modified_on: r.modified_on };
-  if (r.comment !== null) o.comment = r.comment;
-  return o;
-}
-
-// The cursor format of ../lists.ts (a direction letter and the hex sort key),
-// so a cursor one backend gave stays valid on the other after migrate-store.
-function encodeCursor(dir: 'a' | 'b', key: Buffer): string {
-  return Buffer.from(dir + key.toString('hex')).toString('base64url');
-}
-
-function decodeCursor(cursor: string): { dir: 'a' | 'b'; key: Buffer } | undefined {
-  if (!/^[A-Za-z0-9_-]{1,100}$/.test(cursor)) return undefined;
-  const s = Buffer.from(cursor, 'base64url').toString('latin1');
-  const m = /^([ab])((?:[0-9a-f]{2}){6}|(?:[0-9a-f]{2}){18})$/.exec(s);
-  if (m === null) return undefined;
-  return { dir: m[1] as 'a' | 'b', key: Buffer.from(m[2]!, 'hex') };
-}
-
-// As SQLite's LIST_SELECT; the column order is the ListObject's key order.
-const LIST_SELECT = `
-  SELECT l.id, l.name, l.description, l.kind, l.created_on, l.modified_on,
-    (SELECT count(*) FROM list_items i WHERE i.list_id = l.id) AS num_items,
-    (SELECT count(*) FROM ruleset_list_refs f JOIN rulesets r ON r.id = f.ruleset_id
-      WHERE r.account_id = l.account_id AND f.list_name = l.name) AS num_referencing_filters
-  FROM lists l`;
 
 /**
  * Rows per INSERT of a bulk operation (arrays through unnest): one statement
@@ -186,17 +144,7 @@ export class PgListsRepo implements ListsRepo {
       `SELECT id, ip, sort_key, comment, created_on, modified_on FROM list_items WHERE ${where.join(' AND ')} ORDER BY sort_key ${dir === 'a' ? 'ASC' : 'DESC'} LIMIT $${args.length}`,
       args,
     );
-    const more = rows.length > options.perPage;
-    if (more) rows.pop();
-    if (dir === 'b') rows.reverse();
-    const page: ItemPage = { items: rows.map(itemObject) };
-    if (rows.length === 0) return page;
-    const first = rows[0]!.sort_key;
-    const last = rows[rows.length - 1]!.sort_key;
-    const hasCursor = options.cursor !== undefined && options.cursor !== '';
-    if (dir === 'a' ? more : true) page.after = encodeCursor('a', last);
-    if (dir === 'b' ? more : hasCursor) page.before = encodeCursor('b', first);
-    return page;
+    return itemPage(rows, options.perPage, dir, options.cursor !== undefined && options.cursor !== '');
   }
 
   async item(accountId: string, listId: string, itemId: string): Promise<ListItemObject> {

@@ -9,48 +9,10 @@
 import { MoatError } from '../../errors/index.js';
 import type { Health, HealthEvent } from '../health-event.js';
 import { newId, nowStamp } from '../ids.js';
-import type { HealthEventRow, MonitorRow, OriginHealthRow, PoolRow, ProbeRecord } from '../load-balancing.js';
+import { monitorOf, originOf, poolOf, type HealthEventRow, type MonitorDb, type MonitorRow, type OriginDb, type OriginHealthRow, type PoolDb, type PoolRow, type ProbeRecord } from '../load-balancing.js';
 import type { LoadBalancingRepo } from '../types.js';
 import { errorCode, isConnectionError, RETRYABLE_STATES } from './connection.js';
 import type { PgRepoContext } from './pg-repo-context.js';
-
-type PoolDb = { id: string; account_id: string; name: string; monitor_id: string | null; body: string; created_on: string; modified_on: string };
-type MonitorDb = { id: string; account_id: string; body: string; created_on: string; modified_on: string };
-type OriginDb = {
-  pool_id: string;
-  origin_name: string;
-  address: string;
-  health: string | null;
-  ups: number;
-  downs: number;
-  failure_reason: string;
-  response_code: number | null;
-  rtt_ms: number | null;
-  checked_on: string | null;
-};
-
-const poolOf = (r: PoolDb): PoolRow => ({
-  id: r.id,
-  accountId: r.account_id,
-  name: r.name,
-  monitorId: r.monitor_id,
-  body: JSON.parse(r.body) as Record<string, unknown>,
-  createdOn: r.created_on,
-  modifiedOn: r.modified_on,
-});
-const monitorOf = (r: MonitorDb): MonitorRow => ({ id: r.id, accountId: r.account_id, body: JSON.parse(r.body) as Record<string, unknown>, createdOn: r.created_on, modifiedOn: r.modified_on });
-const originOf = (r: OriginDb): OriginHealthRow => ({
-  poolId: r.pool_id,
-  originName: r.origin_name,
-  address: r.address,
-  health: r.health as Health | null,
-  ups: r.ups,
-  downs: r.downs,
-  failureReason: r.failure_reason,
-  responseCode: r.response_code,
-  rttMs: r.rtt_ms,
-  checkedOn: r.checked_on,
-});
 
 const POOL_COLUMNS = 'id, account_id, name, monitor_id, body, created_on, modified_on';
 const MONITOR_COLUMNS = 'id, account_id, body, created_on, modified_on';

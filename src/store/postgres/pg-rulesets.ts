@@ -7,8 +7,7 @@
 // start (PgDatabase.write), reading the new last_version. SQLite's rowid is
 // the identity column rowid (pg-migrations.ts, migration 9).
 
-import { randomInt } from 'node:crypto';
-import { deepFreeze, RS_COLUMNS, STAMP_COLUMNS, type Refs, type RulesetRow, type StoredRule, type VersionRow, type VersionStamp, type Visibility } from '../rulesets.js';
+import { deepFreeze, newVersion, RS_COLUMNS, STAMP_COLUMNS, type Refs, type RulesetRow, type StoredRule, type VersionRow, type VersionStamp, type Visibility } from '../rulesets.js';
 import type { RulesetsRepo } from '../types.js';
 import type { PgRepoContext } from './pg-repo-context.js';
 import { memo, VERSION_CACHE_SIZE, type PgShared } from './pg-shared.js';
@@ -144,17 +143,10 @@ export class PgRulesetsRepo implements RulesetsRepo {
         JSON.stringify(r),
       ]);
     }
-    const token = randomInt(1, 2 ** 47);
-    await this.ctx.client.query('INSERT INTO ruleset_versions (ruleset_id, version, description, last_updated, rules, token) VALUES ($1, $2, $3, $4, $5, $6)', [
-      id,
-      v,
-      description,
-      lastUpdated,
-      JSON.stringify(rules.map((r) => [r.id, Number(r.version)])),
-      token,
-    ]);
+    const n = newVersion(id, v, description, lastUpdated, rules);
+    await this.ctx.client.query('INSERT INTO ruleset_versions (ruleset_id, version, description, last_updated, rules, token) VALUES ($1, $2, $3, $4, $5, $6)', n.values);
     // Cached under its token: a rolled-back attempt's entry is never asked for.
-    this.remember(`${id}/${v}/${token}`, { version: v, description, last_updated: lastUpdated, rules: rules.map((r) => structuredClone(r)) });
+    this.remember(n.key, n.cached);
     await this.ctx.client.query('UPDATE rulesets SET latest_version = $1, last_version = $2, description = $3 WHERE id = $4', [v, v, description, id]);
     await this.setRefs(id, refs);
     return v;

@@ -2,18 +2,15 @@
 // faithful translation of ../tokens.ts (only a token's SHA-256 is stored; a
 // verified token is remembered while the store's change epoch is unchanged).
 
-import { createHash, randomBytes, timingSafeEqual } from 'node:crypto';
+import { randomBytes, timingSafeEqual } from 'node:crypto';
 import { MoatError } from '../../errors/index.js';
-import { isId, newId, nowStamp } from '../ids.js';
-import { isWellFormedToken, type TokenInfo } from '../tokens.js';
+import { newId, nowStamp } from '../ids.js';
+import { digest, isWellFormedToken, tokenInput, type TokenInfo } from '../tokens.js';
 import type { TokensRepo } from '../types.js';
 import type { Principal } from '../users.js';
 import type { PgRepoContext } from './pg-repo-context.js';
 import { memo, type PgShared } from './pg-shared.js';
 
-function digest(token: string): Buffer {
-  return createHash('sha256').update(token).digest();
-}
 
 export class PgTokensRepo implements TokensRepo {
   constructor(
@@ -26,10 +23,7 @@ export class PgTokensRepo implements TokensRepo {
   }
 
   async create(input: { email: string; name: string; accounts?: string[]; readOnly?: boolean }): Promise<{ info: TokenInfo; token: string }> {
-    const name = input.name.trim();
-    if (name === '' || name.length > 120) throw new MoatError('USER_BAD_INPUT', 'a token needs a --name of 1 to 120 characters');
-    const accounts = [...new Set(input.accounts ?? [])];
-    for (const a of accounts) if (!isId(a)) throw new MoatError('USER_BAD_INPUT', `"${a}" is not an id: accounts are 32 lowercase hex characters`);
+    const { name, accounts } = tokenInput(input);
     const token = randomBytes(30).toString('base64url');
     const id = newId();
     const u = (await this.rows<{ id: string }>('SELECT id FROM users WHERE email = $1', [input.email]))[0];

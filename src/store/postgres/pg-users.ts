@@ -10,7 +10,7 @@ import { hash, randomBytes, createHmac, timingSafeEqual } from 'node:crypto';
 import { MoatError } from '../../errors/index.js';
 import { isId, newId, nowStamp } from '../ids.js';
 import type { UsersRepo } from '../types.js';
-import { DUMMY_HASH, HMAC_SCHEME, isWellFormedEmail, isWellFormedKey, LEGACY_SCHEME, NO_SALT, scryptHash, type KeyCheck, type Principal, type UserInfo } from '../users.js';
+import { DUMMY_HASH, HMAC_SCHEME, isWellFormedEmail, isWellFormedKey, LEGACY_SCHEME, legacyMatch, NO_SALT, type KeyCheck, type Principal, type UserInfo } from '../users.js';
 import type { PgRepoContext } from './pg-repo-context.js';
 import { memo, type PgShared } from './pg-shared.js';
 
@@ -170,13 +170,10 @@ export class PgUsersRepo implements UsersRepo {
     );
     if (legacy.length === 0) return { outcome: 'unknown' };
     if (!mayCheckScrypt()) return { outcome: 'legacy-deferred' };
-    for (const k of legacy) {
-      if (timingSafeEqual(scryptHash(key, k.salt), k.hash)) {
-        this.upgrade(k.id, h);
-        return this.principal(k.user_id, k.email, k.id);
-      }
-    }
-    return { outcome: 'unknown' };
+    const k = legacyMatch(legacy, key);
+    if (k === undefined) return { outcome: 'unknown' };
+    this.upgrade(k.id, h);
+    return this.principal(k.user_id, k.email, k.id);
   }
 
   /**
