@@ -6,7 +6,8 @@ import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
-import { Database, LoadBalancingStore, newId, type HealthEvent, type OriginHealthRow, type ProbeRecord } from '../../src/store/index.js';
+import { Database, LoadBalancingStore, newId, type ProbeRecord } from '../../src/store/index.js';
+import { probeDown } from '../support/store-contract.js';
 
 let dir: string;
 let db: Database;
@@ -28,26 +29,7 @@ function pool(name: string) {
 }
 
 /** A probe that turns origin "a" of `poolId` unhealthy, with one origin event. */
-function down(poolId: string): ProbeRecord {
-  return {
-    poolId,
-    decide: () => {
-      const origin: OriginHealthRow = { poolId, originName: 'a', address: '192.0.2.1', health: 'unhealthy', ups: 0, downs: 1, failureReason: 'HTTP 503', responseCode: 503, rttMs: 1, checkedOn: '2026-01-01T00:00:00.000000Z' };
-      const event: HealthEvent = {
-        id: newId(),
-        accountId: account,
-        eventSource: 'origin',
-        pool: { id: poolId, name: 'p', notificationEmail: '', notificationFilter: null },
-        origin: { name: 'a', address: '192.0.2.1' },
-        oldHealth: 'healthy',
-        newHealth: 'unhealthy',
-        reason: 'HTTP 503',
-        at: '2026-01-01T00:00:00.000000Z',
-      };
-      return { origin, poolHealth: 'unhealthy', events: [event] };
-    },
-  };
-}
+const down = (poolId: string): ProbeRecord => probeDown(account, poolId);
 
 describe('recording probes', () => {
   it('rolls back only the probe whose listener throws, and returns its error in its place', () => {

@@ -10,8 +10,8 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import BetterSqlite3 from 'better-sqlite3';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { sqliteNotifyRepos } from '../../src/notify/index.js';
-import { Database, SqliteStore, newId, type HealthEvent, type OriginHealthRow, type ProbeRecord } from '../../src/store/index.js';
-import { storeContract } from '../support/store-contract.js';
+import { Database, SqliteStore, newId, type HealthEvent, type ProbeRecord } from '../../src/store/index.js';
+import { probeDown, storeContract } from '../support/store-contract.js';
 
 storeContract('SQLite', async () => {
   const d = mkdtempSync(join(tmpdir(), 'moat-store-contract-'));
@@ -100,26 +100,7 @@ describe('read transactions', () => {
 });
 
 /** A probe that turns origin "a" of `poolId` unhealthy, with one origin event. */
-function down(poolId: string): ProbeRecord {
-  return {
-    poolId,
-    decide: () => {
-      const origin: OriginHealthRow = { poolId, originName: 'a', address: '192.0.2.1', health: 'unhealthy', ups: 0, downs: 1, failureReason: 'HTTP 503', responseCode: 503, rttMs: 1, checkedOn: '2026-01-01T00:00:00.000000Z' };
-      const event: HealthEvent = {
-        id: newId(),
-        accountId: account,
-        eventSource: 'origin',
-        pool: { id: poolId, name: 'p', notificationEmail: '', notificationFilter: null },
-        origin: { name: 'a', address: '192.0.2.1' },
-        oldHealth: 'healthy',
-        newHealth: 'unhealthy',
-        reason: 'HTTP 503',
-        at: '2026-01-01T00:00:00.000000Z',
-      };
-      return { origin, poolHealth: 'unhealthy', events: [event] };
-    },
-  };
-}
+const down = (poolId: string): ProbeRecord => probeDown(account, poolId);
 
 describe('recording probes', () => {
   it('hands each event to the listeners inside its savepoint: their writes commit with it, a throw rolls back that probe alone', async () => {
