@@ -189,10 +189,10 @@ export interface ServeProcess {
  * curl hint on a new database, the user count otherwise). Build dist/ first
  * (ensureBuilt); the caller kills the child.
  */
-export async function serveProcess(dataDir: string, extra: readonly string[] = []): Promise<ServeProcess> {
+export async function serveProcess(dataDir: string, extra: readonly string[] = [], env?: NodeJS.ProcessEnv): Promise<ServeProcess> {
   // Loaded here: support/cli.ts loads the whole CLI, which in-process API tests do not need.
   const { BIN, ROOT } = await import('./cli.js');
-  const child = spawn(process.execPath, [BIN, 'serve', '--data-dir', dataDir, '--listen', '127.0.0.1:0', '--log-level', 'warn', ...extra], { cwd: ROOT, stdio: ['ignore', 'pipe', 'pipe'] });
+  const child = spawn(process.execPath, [BIN, 'serve', '--data-dir', dataDir, '--listen', '127.0.0.1:0', '--log-level', 'warn', ...extra], { cwd: ROOT, stdio: ['ignore', 'pipe', 'pipe'], env: env === undefined ? process.env : { ...process.env, ...env } });
   const exited = new Promise<{ code: number | null; signal: NodeJS.Signals | null }>((resolve) => child.once('exit', (code, signal) => resolve({ code, signal })));
   const lines: string[] = [];
   let stderr = '';

@@ -8,14 +8,14 @@
 import { closeSync, constants, openSync, writeSync } from 'node:fs';
 import type { Command } from 'commander';
 import type { DaemonInfo, DaemonsRepo } from '../../store/index.js';
-import { withStore } from '../open-store.js';
+import { withStore, type StoreTarget } from '../open-store.js';
 import { CliError, type Output } from '../output.js';
 import { DEFAULT_DATA_DIR } from './serve.js';
 
 const DATA_DIR_HELP = 'directory of the database (default $MOAT_DATA_DIR, else ./moat-data)';
 
-function withDaemons<T>(dataDir: string, fn: (d: DaemonsRepo) => Promise<T>): Promise<T> {
-  return withStore(dataDir, (store) => fn(store.daemons));
+function withDaemons<T>(where: StoreTarget, fn: (d: DaemonsRepo) => Promise<T>): Promise<T> {
+  return withStore(where, (store) => fn(store.daemons));
 }
 
 /** Writes the token to a new file, owner-only; an existing file is never overwritten (it may be another daemon's). */
@@ -74,13 +74,13 @@ export function registerDaemons(program: Command, out: Output): void {
     .option('--token-file <file>', 'write the token to this new file (mode 0600) instead of printing it')
     .option('--json', 'print the result as JSON')
     .action(async (flags: { dataDir: string; account: string; zone?: string; name: string; tokenFile?: string; json?: boolean }) => {
-      const r = await withDaemons(flags.dataDir, (d) => d.create({ accountId: flags.account, zoneId: flags.zone, name: flags.name }));
+      const r = await withDaemons(flags, (d) => d.create({ accountId: flags.account, zoneId: flags.zone, name: flags.name }));
       if (flags.tokenFile !== undefined) {
         try {
           writeTokenFile(flags.tokenFile, r.token);
         } catch (err) {
           // A daemon whose token nobody has is useless: take it back.
-          await withDaemons(flags.dataDir, (d) => d.revoke(r.info.id));
+          await withDaemons(flags, (d) => d.revoke(r.info.id));
           throw err;
         }
       }
@@ -100,7 +100,7 @@ export function registerDaemons(program: Command, out: Output): void {
     .option('--account <id>', 'only the daemons of this account')
     .option('--json', 'print as JSON')
     .action(async (flags: { dataDir: string; account?: string; json?: boolean }) => {
-      const list = await withDaemons(flags.dataDir, (d) => d.list({ accountId: flags.account }));
+      const list = await withDaemons(flags, (d) => d.list({ accountId: flags.account }));
       if (flags.json === true) {
         out.stdout(JSON.stringify(list));
         return;
@@ -116,7 +116,7 @@ export function registerDaemons(program: Command, out: Output): void {
     .option('--data-dir <dir>', DATA_DIR_HELP, DEFAULT_DATA_DIR)
     .option('--account <id>', 'the account of a name used in several accounts')
     .action(async (idOrName: string, flags: { dataDir: string; account?: string }) => {
-      const d = await withDaemons(flags.dataDir, (x) => x.revoke(idOrName, flags.account));
+      const d = await withDaemons(flags, (x) => x.revoke(idOrName, flags.account));
       out.stdout(`revoked daemon ${d.id} "${d.name}"`);
     });
 }

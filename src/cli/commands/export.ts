@@ -27,7 +27,7 @@ export function registerExport(program: Command, out: Output): void {
       for (const id of [flags.account, flags.zone ?? flags.account]) {
         if (!isId(id)) throw new CliError(`${quoteInput(id)} is not an id: accounts and zones are 32 lowercase hex characters`);
       }
-      const deployment = await withStore(flags.dataDir, (store) => readAccountDeployment(store, flags.account, flags.zone));
+      const deployment = await withStore(flags, (store) => readAccountDeployment(store, flags.account, flags.zone));
       if (deployment.account === undefined) throw new CliError(`account ${flags.account} has no network_transit entrypoint`);
       const dir = resolve(flags.out);
       mkdirSync(join(dir, 'lists'), { recursive: true });

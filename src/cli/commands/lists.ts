@@ -42,7 +42,7 @@ export function registerLists(program: Command, out: Output): void {
       // The whole file is parsed before the database is opened: a bad line
       // (reported as file:line) leaves the stored list untouched.
       const entries = rangeListTexts(parseListText(text, label));
-      const n = await withStore(flags.dataDir, (store) => store.lists.loadManaged(name, entries, `loaded from ${label}`));
+      const n = await withStore(flags, (store) => store.lists.loadManaged(name, entries, `loaded from ${label}`));
       out.stdout(`${name}: ${n} ${n === 1 ? 'entry' : 'entries'} loaded from ${label}`);
     });
 }

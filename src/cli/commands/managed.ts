@@ -25,7 +25,7 @@ export function registerManaged(program: Command, out: Output): void {
       } catch (err) {
         throw new CliError(`${flags.file}: ${(err as NodeJS.ErrnoException).code ?? (err as Error).message}`, 'RULESET_BAD_JSON');
       }
-      await withStore(flags.dataDir, async (store) => {
+      await withStore(flags, async (store) => {
         try {
           const v = await new RulesetService(store, DEFAULT_API_LIMITS).importManaged(doc);
           out.stdout(`imported managed ruleset "${v.name}" ${v.id} version ${v.version}: ${v.rules?.length ?? 0} rules`);
@@ -40,7 +40,7 @@ export function registerManaged(program: Command, out: Output): void {
     .option('--data-dir <dir>', 'directory of the database', DEFAULT_DATA_DIR)
     .requiredOption('--id <id>', 'the managed ruleset id (see moat managed list)')
     .action(async (flags: { dataDir: string; id: string }) => {
-      await withStore(flags.dataDir, (store) => new RulesetService(store, DEFAULT_API_LIMITS).deleteManaged(flags.id));
+      await withStore(flags, (store) => new RulesetService(store, DEFAULT_API_LIMITS).deleteManaged(flags.id));
       out.stdout(`deleted managed ruleset ${flags.id}`);
     });
   managed
@@ -49,7 +49,7 @@ export function registerManaged(program: Command, out: Output): void {
     .option('--data-dir <dir>', 'directory of the database', DEFAULT_DATA_DIR)
     .requiredOption('--id <id>', 'the managed ruleset id (see moat managed list)')
     .action(async (flags: { dataDir: string; id: string }) => {
-      const found = (await withStore(flags.dataDir, (store) => new RulesetService(store, DEFAULT_API_LIMITS).listManaged())).find((r) => r.id === flags.id);
+      const found = (await withStore(flags, (store) => new RulesetService(store, DEFAULT_API_LIMITS).listManaged())).find((r) => r.id === flags.id);
       if (found === undefined) throw new CliError(`no managed ruleset ${flags.id} (see moat managed list)`);
       out.stdout(JSON.stringify(found, null, 2));
     });
@@ -59,7 +59,7 @@ export function registerManaged(program: Command, out: Output): void {
     .option('--data-dir <dir>', 'directory of the database', DEFAULT_DATA_DIR)
     .option('--json', 'print as JSON')
     .action(async (flags: { dataDir: string; json?: boolean }) => {
-      const list = await withStore(flags.dataDir, (store) => new RulesetService(store, DEFAULT_API_LIMITS).listManaged());
+      const list = await withStore(flags, (store) => new RulesetService(store, DEFAULT_API_LIMITS).listManaged());
       if (flags.json === true) out.stdout(JSON.stringify(list));
       else for (const r of list) out.stdout(`${r.id}  ${r.name}  version ${r.version}  ${r.rules?.length ?? 0} rules  ${r.phase}`);
       if (list.length === 0 && flags.json !== true) out.stdout('no managed rulesets');

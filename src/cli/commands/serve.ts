@@ -1,5 +1,6 @@
 // `moat serve`: the control plane. Opens (or creates) the SQLite database in
-// the data directory, applies schema migrations, creates a first user on an
+// the data directory, or the PostgreSQL database of --database /
+// MOAT_DATABASE_URL (several replicas may share one), applies schema migrations, creates a first user on an
 // empty database and says how to reach the API with it, then serves
 // Cloudflare's v4 API under /client/v4 until SIGTERM or SIGINT.
 
@@ -12,7 +13,9 @@ import { buildServer, createServices, BASE_PATH, DEFAULT_AUTH_LIMIT, DEFAULT_MAI
 import { CHANNEL_PATH, HEARTBEAT_SECONDS } from '../../channel/index.js';
 import { hostPortProblem } from '../../config/index.js';
 import { MoatError } from '../../errors/index.js';
-import { Database, isWellFormedEmail, newId, secureDataDir, type Store } from '../../store/index.js';
+import { pgNotifyRepos } from '../../notify/index.js';
+import { Database, PgStore, databaseUrlFrom, isWellFormedEmail, newId, secureDataDir, type Store } from '../../store/index.js';
+import { DATABASE_HELP } from '../open-store.js';
 import { CliError, type Output } from '../output.js';
 
 /** The data directory when --data-dir is not given: $MOAT_DATA_DIR, else ./moat-data. */
@@ -24,6 +27,7 @@ export const FIRST_USER_EMAIL = 'admin@moat.local';
 
 interface ServeFlags {
   dataDir: string;
+  database?: string;
   listen: string;
   logLevel: string;
   writeFirstUser?: boolean;
@@ -98,8 +102,9 @@ export function parseListen(s: string): { host: string; port: number } {
 export function registerServe(program: Command, out: Output): void {
   program
     .command('serve')
-    .description("run the control plane: Cloudflare's v4 Rulesets and Lists API on an embedded SQLite database")
+    .description("run the control plane: Cloudflare's v4 API on an embedded SQLite database, or on PostgreSQL shared by several replicas (--database)")
     .addOption(new Option('--data-dir <dir>', 'directory of the database (created when missing)').default(DEFAULT_DATA_DIR, `${JSON.stringify(DEFAULT_DATA_DIR)}: $MOAT_DATA_DIR when set, else ./moat-data`))
+    .option('--database <url>', `${DATABASE_HELP}; --data-dir then holds only the mail spool and first-user.json`)
     .option('--listen <host:port>', 'address to listen on', DEFAULT_LISTEN)
     .option('--log-level <level>', 'log level: fatal, error, warn, info, debug', 'info')
     .option('--channel-heartbeat <seconds>', 'seconds between heartbeats on the control channel; a daemon silent for 3 is disconnected', String(HEARTBEAT_SECONDS))
@@ -133,7 +138,7 @@ export function registerServe(program: Command, out: Output): void {
       const minInterval = wholeNumber('--monitor-min-interval', flags.monitorMinInterval, 1, 3600);
       if (!['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'].includes(flags.logLevel)) throw new CliError(`--log-level ${flags.logLevel}: unknown level`);
       // Every startup failure is one line with a code and exit 1 (see startupError).
-      let store: Database | undefined;
+      let store: Database | Store | undefined;
       let app: FastifyInstance | undefined;
       try {
         // Everything the server creates (the database, its -wal and -shm,
@@ -141,10 +146,13 @@ export function registerServe(program: Command, out: Output): void {
         // tool left open to others is tightened, and said so.
         process.umask(0o077);
         for (const line of secureDataDir(flags.dataDir)) out.stderr(`moat: tightened ${line}`);
-        store = Database.open(flags.dataDir);
         const log = pino({ level: flags.logLevel, base: { service: 'moat-api' } });
+        const url = databaseUrlFrom(flags.database);
+        // PostgreSQL: the schema is migrated once across replicas starting at once (an advisory lock).
+        store = url === undefined ? Database.open(flags.dataDir) : await PgStore.open(url, pgNotifyRepos, { log });
         const https = readTls(flags);
-        const services = createServices({ store, logger: log, authLimit, channel: { heartbeatSeconds: heartbeat }, notify, loadBalancing: { minIntervalSeconds: minInterval } });
+        const spoolDir = url === undefined ? undefined : join(flags.dataDir, 'mail-spool');
+        const services = createServices({ store, logger: log, authLimit, channel: { heartbeatSeconds: heartbeat }, notify: { ...notify, spoolDir }, loadBalancing: { minIntervalSeconds: minInterval } });
         try {
           app = await buildServer({ services, logger: log, https });
         } catch (err) {
@@ -163,7 +171,7 @@ export function registerServe(program: Command, out: Output): void {
       } catch (err) {
         // A server that listened and then failed must not keep the process alive.
         await app?.close().catch(() => undefined);
-        store?.close();
+        await Promise.resolve(store?.close()).catch(() => undefined);
         throw startupError(err);
       }
     });

@@ -5,7 +5,7 @@
 
 import type { Command } from 'commander';
 import type { TokenInfo, TokensRepo } from '../../store/index.js';
-import { withStore } from '../open-store.js';
+import { withStore, type StoreTarget } from '../open-store.js';
 import type { Output } from '../output.js';
 import { DEFAULT_DATA_DIR } from './serve.js';
 
@@ -19,7 +19,7 @@ function describe(t: TokenInfo): string {
 /** Registers `moat tokens create|list|revoke`. */
 export function registerTokens(program: Command, out: Output): void {
   const tokens = program.command('tokens').description('manage API tokens (Authorization: Bearer) of the control plane\'s users');
-  const withTokens = <T>(dataDir: string, fn: (t: TokensRepo) => Promise<T>): Promise<T> => withStore(dataDir, (store) => fn(store.tokens));
+  const withTokens = <T>(where: StoreTarget, fn: (t: TokensRepo) => Promise<T>): Promise<T> => withStore(where, (store) => fn(store.tokens));
 
   tokens
     .command('create')
@@ -31,7 +31,7 @@ export function registerTokens(program: Command, out: Output): void {
     .option('--read-only', 'the token may read but not write (writes answer 403, code 7402)')
     .option('--json', 'print the result as JSON')
     .action(async (flags: { dataDir: string; email: string; name: string; account: string[]; readOnly?: boolean; json?: boolean }) => {
-      const r = await withTokens(flags.dataDir, (t) => t.create({ email: flags.email, name: flags.name, accounts: flags.account, readOnly: flags.readOnly === true }));
+      const r = await withTokens(flags, (t) => t.create({ email: flags.email, name: flags.name, accounts: flags.account, readOnly: flags.readOnly === true }));
       if (flags.json === true) {
         out.stdout(JSON.stringify({ ...r.info, token: r.token }));
         return;
@@ -47,7 +47,7 @@ export function registerTokens(program: Command, out: Output): void {
     .option('--email <email>', 'only the tokens of this user')
     .option('--json', 'print as JSON')
     .action(async (flags: { dataDir: string; email?: string; json?: boolean }) => {
-      const list = await withTokens(flags.dataDir, (t) => t.list(flags.email));
+      const list = await withTokens(flags, (t) => t.list(flags.email));
       if (flags.json === true) {
         out.stdout(JSON.stringify(list));
         return;
@@ -62,7 +62,7 @@ export function registerTokens(program: Command, out: Output): void {
     .option('--data-dir <dir>', 'directory of the database (default $MOAT_DATA_DIR, else ./moat-data)', DEFAULT_DATA_DIR)
     .requiredOption('--id <id>', 'the token id')
     .action(async (flags: { dataDir: string; id: string }) => {
-      await withTokens(flags.dataDir, (t) => t.revoke(flags.id));
+      await withTokens(flags, (t) => t.revoke(flags.id));
       out.stdout(`revoked token ${flags.id}`);
     });
 }

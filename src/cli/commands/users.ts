@@ -4,7 +4,7 @@
 
 import type { Command } from 'commander';
 import type { UsersRepo } from '../../store/index.js';
-import { withStore } from '../open-store.js';
+import { withStore, type StoreTarget } from '../open-store.js';
 import { CliError, type Output } from '../output.js';
 import { DEFAULT_DATA_DIR } from './serve.js';
 
@@ -13,7 +13,7 @@ const collect = (v: string, acc: string[]) => [...acc, v];
 /** Registers `moat users create|list|revoke|add-key`. */
 export function registerUsers(program: Command, out: Output): void {
   const users = program.command('users').description('manage the users and API keys of the control plane');
-  const withUsers = <T>(dataDir: string, fn: (u: UsersRepo) => Promise<T>): Promise<T> => withStore(dataDir, (store) => fn(store.users));
+  const withUsers = <T>(where: StoreTarget, fn: (u: UsersRepo) => Promise<T>): Promise<T> => withStore(where, (store) => fn(store.users));
 
   users
     .command('create')
@@ -28,7 +28,7 @@ export function registerUsers(program: Command, out: Output): void {
       // requiredOption is satisfied by the [] default of a repeatable option, so
       // a missing --account is caught here, as the usage error it is (exit 2).
       if (flags.account.length === 0) throw new CliError('users create: give at least one --account <id>');
-      const r = await withUsers(flags.dataDir, (u) => u.create({ email: flags.email, accounts: flags.account, zones: flags.zone, key: flags.key }));
+      const r = await withUsers(flags, (u) => u.create({ email: flags.email, accounts: flags.account, zones: flags.zone, key: flags.key }));
       if (flags.json === true) {
         out.stdout(JSON.stringify({ ...r.user, key: flags.key === undefined ? r.key : undefined }));
         return;
@@ -44,7 +44,7 @@ export function registerUsers(program: Command, out: Output): void {
     .requiredOption('--email <email>', 'the user')
     .option('--key <key>', 'use this key instead of a generated one')
     .action(async (flags: { dataDir: string; email: string; key?: string }) => {
-      const k = await withUsers(flags.dataDir, (u) => u.addKey(flags.email, flags.key));
+      const k = await withUsers(flags, (u) => u.addKey(flags.email, flags.key));
       out.stdout(flags.key === undefined ? `X-Auth-Key: ${k}   (shown once; only a hash is stored)` : `added a key to ${flags.email}`);
     });
 
@@ -54,7 +54,7 @@ export function registerUsers(program: Command, out: Output): void {
     .option('--data-dir <dir>', 'directory of the database', DEFAULT_DATA_DIR)
     .option('--json', 'print as JSON')
     .action(async (flags: { dataDir: string; json?: boolean }) => {
-      const list = await withUsers(flags.dataDir, (u) => u.list());
+      const list = await withUsers(flags, (u) => u.list());
       if (flags.json === true) {
         out.stdout(JSON.stringify(list));
         return;
@@ -73,7 +73,7 @@ export function registerUsers(program: Command, out: Output): void {
     .requiredOption('--email <email>', 'the user')
     .option('--key-id <id>', 'revoke only this key (see `moat users list`)')
     .action(async (flags: { dataDir: string; email: string; keyId?: string }) => {
-      const n = await withUsers(flags.dataDir, (u) => u.revoke(flags.email, flags.keyId));
+      const n = await withUsers(flags, (u) => u.revoke(flags.email, flags.keyId));
       out.stdout(`revoked ${n} key(s) of ${flags.email}`);
     });
 }
