@@ -10,6 +10,7 @@ import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { ensureBuilt, moat } from '../support/cli.js';
 import { PHASE, printedCredentials, sdkClient, serveProcess, written, type ServeProcess } from '../support/api.js';
 import { requirePostgres, usePostgres } from '../support/postgres.js';
+import { PG_MIGRATIONS } from '../../src/store/index.js';
 
 const run = requirePostgres();
 const cluster = usePostgres(run);
@@ -58,6 +59,22 @@ describe.runIf(run)('moat serve on PostgreSQL', () => {
     const again = await written(ca.rulesets.get(created.id, { account_id: creds.accountId }));
     expect(again.version).toBe('2');
     expect(again.rules.map((r) => r.expression)).toEqual(['tcp.dstport == 23']);
+  }, 60_000);
+
+  it('starts three replicas at once on an empty database: the schema is migrated once and exactly one of them creates the first user', async () => {
+    const url = await cluster().createDatabase('race');
+    const replicas = await Promise.all([serve(['--database', url]), serve(['--database', url]), serve(['--database', url])]);
+    const creators = replicas.filter((r) => r.lines.some((l) => l.includes('created the first user')));
+    expect(creators).toHaveLength(1);
+    expect(replicas.filter((r) => r.lines.some((l) => /moat: 1 user\(s\)/.test(l)))).toHaveLength(2);
+    const db = new URL(url).pathname.slice(1);
+    const users = await cluster().admin<{ n: string }>('SELECT count(*) AS n FROM users', [], db);
+    expect(Number(users[0]!.n)).toBe(1);
+    const applied = await cluster().admin<{ version: number }>('SELECT version FROM moat_schema ORDER BY version', [], db);
+    expect(applied.map((r) => Number(r.version))).toEqual(PG_MIGRATIONS.map((_, i) => i + 1));
+    // The key printed by the creator works through every replica.
+    const creds = printedCredentials(creators[0]!);
+    for (const r of replicas) expect((await sdkClient(r.url, creds).rulesets.list({ account_id: creds.accountId })).result).toEqual([]);
   }, 60_000);
 
   it('takes the URL from MOAT_DATABASE_URL, and the operator commands reach the same store with --database', async () => {
