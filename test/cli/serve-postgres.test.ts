@@ -77,6 +77,37 @@ describe.runIf(run)('moat serve on PostgreSQL', () => {
     for (const r of replicas) expect((await sdkClient(r.url, creds).rulesets.list({ account_id: creds.accountId })).result).toEqual([]);
   }, 60_000);
 
+  it('loses no acknowledged write when the replica that took it is killed with SIGKILL mid-stream', async () => {
+    const url = await cluster().createDatabase('kill');
+    const a = await serve(['--database', url]);
+    const creds = printedCredentials(a);
+    const b = await serve(['--database', url]);
+    const ca = sdkClient(a.url, creds);
+    const rs = await written(ca.rulesets.create({ account_id: creds.accountId, kind: 'root', name: 'k', phase: PHASE, rules: [] }));
+    // Eight writers add rules through A as fast as it answers; A is killed after the 40th acknowledgement.
+    const acked: string[] = [];
+    let n = 0;
+    const writer = async (): Promise<void> => {
+      for (;;) {
+        const ref = `w${n++}`;
+        try {
+          await ca.rulesets.rules.create(rs.id, { account_id: creds.accountId, action: 'block', expression: 'tcp.dstport == 1', ref });
+        } catch {
+          return; // the connection died with A: not acknowledged
+        }
+        acked.push(ref);
+        if (acked.length === 40) a.child.kill('SIGKILL');
+      }
+    };
+    await Promise.all(Array.from({ length: 8 }, writer));
+    expect(acked.length).toBeGreaterThanOrEqual(40);
+    const after = await written(sdkClient(b.url, creds).rulesets.get(rs.id, { account_id: creds.accountId }));
+    const refs = new Set(after.rules.map((r) => r.ref));
+    expect(acked.filter((r) => !refs.has(r))).toEqual([]);
+    // Versions stay linear: one per rule that made it in, and nothing else.
+    expect(after.version).toBe(String(after.rules.length + 1));
+  }, 60_000);
+
   it('takes the URL from MOAT_DATABASE_URL, and the operator commands reach the same store with --database', async () => {
     const url = await cluster().createDatabase('env');
     const a = await serve([], { MOAT_DATABASE_URL: url });
