@@ -116,12 +116,16 @@ async function install(): Promise<Installation> {
 
   const user = await moat('users', 'create', '--data-dir', dir, '--email', 'second@example.com', '--account', creds.accountId, '--json');
   expect(user.code, user.stderr).toBe(0);
-  const tok = await moat('tokens', 'create', '--data-dir', dir, '--email', creds.email, '--name', 'ci', '--json');
+  const tok = await moat('tokens', 'create', '--data-dir', dir, '--email', creds.email, '--name', 'ci', '--account', creds.accountId, '--json');
   expect(tok.code, tok.stderr).toBe(0);
   const token = (JSON.parse(tok.stdout) as { token: string }).token;
   const dmn = await moat('daemons', 'create', '--data-dir', dir, '--account', creds.accountId, '--name', 'gw1', '--json');
   expect(dmn.code, dmn.stderr).toBe(0);
   const daemonToken = (JSON.parse(dmn.stdout) as { token: string }).token;
+  const malware = join(dir, 'malware.txt');
+  writeFileSync(malware, '203.0.113.0/24\n198.51.100.9\n');
+  const loaded = await moat('lists', 'load-managed', '--data-dir', dir, '--name', 'svc.malware', '--file', malware);
+  expect(loaded.code, loaded.stderr).toBe(0);
   const managedFile = join(dir, 'managed.json');
   writeFileSync(managedFile, JSON.stringify({ name: 'Moat scanners', description: 'known scanners', rules: [{ action: 'block', expression: 'ip.src in {192.0.2.0/24}' }] }));
   const mgd = await moat('managed', 'import', '--data-dir', dir, '--file', managedFile);
@@ -220,7 +224,7 @@ describe.runIf(run)('moat migrate-store', () => {
     expect(r.code, r.stderr).toBe(0);
     expect(r.stdout).toMatch(/copied \d+ row\(s\) in \d+ table\(s\) from .*moat\.db to 127\.0\.0\.1:\d+\/migrate_\S+; counts and digests match/);
     expect(r.stdout).not.toContain(cluster().password);
-    for (const table of ['users', 'api_keys', 'api_tokens', 'auth_secret', 'rulesets', 'ruleset_versions', 'lists', 'list_items', 'bulk_operations', 'daemons', 'lb_pools', 'lb_monitors', 'alert_policies', 'alert_webhooks', 'alert_outbox', 'alert_history', 'health_events']) {
+    for (const table of ['users', 'api_keys', 'api_tokens', 'api_token_accounts', 'auth_secret', 'managed_lists', 'managed_list_entries', 'ruleset_rules', 'alert_incidents', 'lb_origin_health', 'lb_pool_health', 'rulesets', 'ruleset_versions', 'lists', 'list_items', 'bulk_operations', 'daemons', 'lb_pools', 'lb_monitors', 'alert_policies', 'alert_webhooks', 'alert_outbox', 'alert_history', 'health_events']) {
       const line = r.stdout.split('\n').find((l) => l.startsWith(table + ' '));
       expect(line, table).toMatch(/^\S+\s+[1-9]\d*\s+[1-9]\d*\s+[0-9a-f]{16}\s+[0-9a-f]{16}\s+yes$/);
     }
