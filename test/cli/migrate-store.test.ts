@@ -19,7 +19,8 @@ import { ensureBuilt, moat } from '../support/cli.js';
 import { ChannelClient } from '../support/channel-client.js';
 import { PHASE, printedCredentials, serveProcess, type ServeProcess } from '../support/api.js';
 import { requirePostgres, usePostgres } from '../support/postgres.js';
-import { migrateStore, tableDigest, canonicalValue } from '../../src/store/index.js';
+import { migrateStore, tableDigest, canonicalValue, PG_MIGRATIONS } from '../../src/store/index.js';
+import { MIGRATIONS } from '../../src/store/migrations.js';
 
 const run = requirePostgres();
 const cluster = usePostgres(run);
@@ -356,6 +357,14 @@ describe.runIf(run)('moat migrate-store', () => {
     expect(r.code).toBe(1);
     expect(r.stderr).toMatch(/^moat: error 8031: the SQLite and PostgreSQL schemas differ, nothing was copied: column daemons\.future_col has no PostgreSQL counterpart; table future_things has no PostgreSQL counterpart$/);
     expect(await cluster().admin('SELECT id FROM users', [], new URL(url).pathname.slice(1))).toEqual([]);
+    // A file of an older schema: migrated by this Moat's serve first, not copied half-known.
+    const old = new BetterSqlite3(file);
+    old.exec(`DROP TABLE future_things; ALTER TABLE daemons DROP COLUMN future_col; PRAGMA user_version = ${MIGRATIONS.length - 1}`);
+    old.close();
+    const older = await moat('migrate-store', '--from', dir, '--to', url);
+    expect(older.code).toBe(1);
+    expect(older.stderr).toMatch(/^moat: error 8031: .*moat\.db: schema version (\d+), this Moat's is (\d+); start `moat serve --data-dir` of this Moat on it once/);
+    expect(/version (\d+), this Moat's is (\d+)/.exec(older.stderr)!.slice(1).map(Number)).toEqual([MIGRATIONS.length - 1, MIGRATIONS.length]);
   }, 60_000);
 
   it('names a bad URL (8020), an unreachable server (8021) and a missing source (8005)', async () => {
@@ -369,6 +378,11 @@ describe.runIf(run)('moat migrate-store', () => {
     const none = await moat('migrate-store', '--from', join(tmpdir(), 'moat-no-such-dir'), '--to', cluster().url());
     expect(none.code).toBe(1);
     expect(none.stderr).toMatch(/^moat: error 8005: no database at .*moat-no-such-dir\/moat\.db/);
+    // --verify-only on a database no copy was made into: its schema is missing, said as such.
+    const empty = await moat('migrate-store', '--from', inst.dir, '--to', await cluster().createDatabase('empty'), '--verify-only');
+    expect(empty.code).toBe(1);
+    expect(empty.stderr).toMatch(/^moat: error 8031: the PostgreSQL database 127\.0\.0\.1:\d+\/empty_\S+ is at schema version 0, not (\d+): it is not a copy made by this Moat/);
+    expect(Number(/not (\d+):/.exec(empty.stderr)![1])).toBe(PG_MIGRATIONS.length);
     const noTarget = await moat('migrate-store', '--from', inst.dir);
     expect(noTarget.code).toBe(2);
     expect(noTarget.stderr).toContain('give --to postgres://');
