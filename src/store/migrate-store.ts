@@ -16,7 +16,7 @@ import BetterSqlite3 from 'better-sqlite3';
 import { MoatError } from '../errors/index.js';
 import { DB_FILE } from './database.js';
 import { MIGRATIONS } from './migrations.js';
-import { PG_MIGRATIONS, PG_ONLY_COLUMNS, PG_ONLY_TABLES, MOAT_LOCK_CLASS } from './postgres/pg-migrations.js';
+import { PG_MIGRATIONS, PG_ONLY_COLUMNS, MOAT_LOCK_CLASS } from './postgres/pg-migrations.js';
 import { PgDatabase, type PgClient } from './postgres/pg-database.js';
 
 /** The advisory lock a copy holds (beside pg-migrations' MIGRATION_LOCK = 1): two copies into one database queue. */
@@ -376,6 +376,3 @@ export async function verifyStore(options: Pick<MigrateStoreOptions, 'from' | 't
     source.close();
   }
 }
-
-/** The PostgreSQL-only tables a copy leaves empty (they hold what running replicas share). */
-export const LEFT_EMPTY: readonly string[] = PG_ONLY_TABLES.filter((t) => t !== 'moat_schema');
