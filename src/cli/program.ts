@@ -13,6 +13,7 @@ import { registerDaemons } from './commands/daemons.js';
 import { registerManaged } from './commands/managed.js';
 import { registerExport } from './commands/export.js';
 import { registerMigrateNotifications } from './commands/migrate-notifications.js';
+import { registerMigrateStore } from './commands/migrate-store.js';
 import { addDatabaseOption } from './open-store.js';
 import { CliError, formatError, reportError, type Output } from './output.js';
 import { moatVersion } from './version.js';
@@ -42,6 +43,7 @@ export async function runCli(argv: readonly string[], out: Output): Promise<numb
   registerManaged(program, out);
   registerExport(program, out);
   registerMigrateNotifications(program, out);
+  registerMigrateStore(program, out);
   // serve takes --database itself; the migration of legacy notification emails is SQLite's.
   addDatabaseOption(program, ['serve', 'migrate-notifications']);
   try {

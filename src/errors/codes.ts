@@ -177,6 +177,10 @@ export const ERRORS = Object.freeze({
   STORE_BAD_URL: def(8020, 400, 'the database URL is not a postgres:// (or postgresql://) URL'),
   STORE_UNREACHABLE: def(8021, 503, 'the PostgreSQL server cannot be reached, or the connection to it was lost'),
   STORE_LOGIN_REFUSED: def(8022, 500, 'the PostgreSQL server refused the login: user, password or database'),
+  // 803x: moving an installation between stores (moat migrate-store)
+  STORE_TARGET_NOT_EMPTY: def(8030, 409, 'the target PostgreSQL database already holds Moat data (give --replace-target to replace it)'),
+  STORE_SCHEMA_MISMATCH: def(8031, 500, 'the SQLite and PostgreSQL schemas differ: a table or column has no counterpart, or a schema version is not the latest'),
+  STORE_COPY_MISMATCH: def(8032, 500, 'the copy does not match its source: a table\'s row count or digest differs'),
 
   // 93xx: health monitoring
   HEALTH_LISTENER_FAILED: def(9300, 500, 'a health event listener failed: the probe result and its events were rolled back'),

@@ -33,6 +33,7 @@ export {
 export type { Health, HealthEvent, HealthEventListener } from './health-event.js';
 export { LoadBalancingStore, type MonitorRow, type PoolRow, type OriginHealthRow, type HealthEventRow, type ProbeRecord } from './load-balancing.js';
 export * from './postgres/index.js';
+export { migrateStore, verifyStore, canonicalValue, tableDigest, StoreMismatchError, type MigrateStoreOptions, type StoreReport, type TableCheck } from './migrate-store.js';
 export type {
   Store,
   Repos,
