@@ -100,6 +100,9 @@ interface Conn {
   queue: Promise<void>;
 }
 
+/** Wait before a failed refresh is tried again (its groups' fingerprints stay old, so it rebuilds them). */
+const REFRESH_RETRY_MS = 1000;
+
 const sha256 = (s: string): string => createHash('sha256').update(s, 'utf8').digest('hex');
 
 /** The control channel's server end. */
@@ -126,6 +129,8 @@ export class ChannelHub implements Runner {
   /** A refresh runs; `refreshAgain`: a signal came meanwhile, so it runs once more. */
   private refreshing: Promise<void> | undefined;
   private refreshAgain = false;
+  /** A refresh failed (the database unreachable): the next try, since no signal may come for a long time. */
+  private retryTimer: NodeJS.Timeout | undefined;
   /** Change signals seen: a group built across one is refreshed once built. */
   private signals = 0;
   /** The status batches being written, in order. */
@@ -184,6 +189,7 @@ export class ChannelHub implements Runner {
     this.stopping = true;
     this.unsubscribe?.();
     if (this.heartbeat !== undefined) clearInterval(this.heartbeat);
+    if (this.retryTimer !== undefined) clearTimeout(this.retryTimer);
     for (const c of [...this.conns]) this.close(c, CLOSE.GOING_AWAY, 'the control plane shuts down');
     // The close frames go out and most daemons answer at once; those that do not within a second are cut.
     for (let waited = 0; this.conns.size > 0 && waited < 1000; waited += 20) await new Promise((r) => setTimeout(r, 20));
@@ -463,7 +469,15 @@ export class ChannelHub implements Runner {
       }
       for (const id of await this.daemons.revokedAmong([...this.byDaemon.keys()])) this.revoked(id);
     } catch (err) {
-      this.logger?.error({ err: (err as Error).message }, 'channel refresh failed');
+      // The signal that brought this refresh is spent: without a retry, its daemons would wait for the next write.
+      this.logger?.error({ err: (err as Error).message, retryInMs: REFRESH_RETRY_MS }, 'channel refresh failed; trying again');
+      if (this.retryTimer === undefined && !this.stopping) {
+        this.retryTimer = setTimeout(() => {
+          this.retryTimer = undefined;
+          void this.refresh();
+        }, REFRESH_RETRY_MS);
+        this.retryTimer.unref();
+      }
     }
   }
 

@@ -44,6 +44,19 @@ export function channelUrlProblem(s: string): string | undefined {
   return undefined;
 }
 
+const channelUrlSchema = z.string().superRefine((s, ctx) => {
+  const why = channelUrlProblem(s);
+  if (why !== undefined) ctx.addIssue({ code: 'custom', message: why });
+});
+
+/** Control plane URLs a daemon may list (replicas or load balancers): more would be a fleet, not a failover list. */
+export const MAX_CONTROL_PLANE_URLS = 16;
+
+/** A controlPlane.url as the list of URLs it names (one, or the replicas in the order given). */
+export function controlPlaneUrls(url: string | readonly string[]): readonly string[] {
+  return typeof url === 'string' ? [url] : url;
+}
+
 /**
  * A file path: at most PATH_MAX (4,096 bytes on Linux) characters. A longer
  * one cannot be opened, and the read error would echo all of it (twice).
@@ -102,11 +115,12 @@ const schema = z.strictObject({
    */
   controlPlane: z
     .strictObject({
-      /** The control plane's channel: ws://HOST:PORT or wss://HOST:PORT (the path /moat/channel is added when absent). */
-      url: z.string().superRefine((s, ctx) => {
-        const why = channelUrlProblem(s);
-        if (why !== undefined) ctx.addIssue({ code: 'custom', message: why });
-      }),
+      /**
+       * The control plane's channel: ws://HOST:PORT or wss://HOST:PORT (the path
+       * /moat/channel is added when absent); or a list of replicas' URLs, tried
+       * in turn (README "Running the control plane highly available").
+       */
+      url: z.union([channelUrlSchema, z.array(channelUrlSchema).min(1, 'give at least one URL').max(MAX_CONTROL_PLANE_URLS, `at most ${MAX_CONTROL_PLANE_URLS} URLs`)]),
       /** The daemon's token (`moat daemons create` prints it); or tokenFile. */
       token: z.string().min(1).max(200).optional(),
       /** A file holding the token (0600, owned by the daemon's user): what a service should use. */
@@ -300,8 +314,15 @@ export function validateDaemonConfig(raw: unknown, file = '<config>'): DaemonCon
     if ((cp.token === undefined) === (cp.tokenFile === undefined)) {
       throw new MoatError('CONFIG_INVALID', `${file}: controlPlane: give exactly one of token and tokenFile${cp.token === undefined ? '' : ', not both'}`, { file, pointer: '/controlPlane' });
     }
-    if (cp.ca !== undefined && !cp.url.startsWith('wss:')) {
-      throw new MoatError('CONFIG_INVALID', `${file}: controlPlane.ca: a CA is for a wss:// URL; ${quoteInput(cp.url)} is not one`, { file, pointer: '/controlPlane/ca' });
+    const urls = controlPlaneUrls(cp.url);
+    const plain = urls.find((u) => !u.startsWith('wss:'));
+    if (cp.ca !== undefined && plain !== undefined) {
+      throw new MoatError('CONFIG_INVALID', `${file}: controlPlane.ca: a CA is for a wss:// URL; ${quoteInput(plain)} is not one`, { file, pointer: '/controlPlane/ca' });
+    }
+    // The same replica twice would be tried twice in a row, as if it were two.
+    const twice = urls.findIndex((u, i) => urls.findIndex((v) => new URL(v).href === new URL(u).href) !== i);
+    if (twice >= 0) {
+      throw new MoatError('CONFIG_INVALID', `${file}: controlPlane.url: ${quoteInput(urls[twice]!)} is listed twice`, { file, pointer: `/controlPlane/url/${twice}` });
     }
   } else if (c.rules === undefined) {
     throw new MoatError('CONFIG_INVALID', `${file}: neither rules nor controlPlane: give rules (ruleset files) or controlPlane (a control plane to take them from)`, { file, pointer: '/rules' });

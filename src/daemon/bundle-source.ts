@@ -41,6 +41,8 @@ export interface SourceStatus {
   readonly digest: string | null;
   /** The last close: its code and reason. */
   readonly lastClose?: { readonly code: number; readonly reason: string } | undefined;
+  /** The control plane URL connected to, or tried last (one of controlPlane.url's). */
+  readonly url?: string | undefined;
 }
 
 /** A source of ruleset bundles for the daemon. */

@@ -5,14 +5,17 @@
 // only then acknowledged; a rejected one is acknowledged with its
 // errors and the running one stays. The daemon never waits for the channel:
 // it starts on the cached bundle (or none), and losing the control plane
-// changes nothing it enforces. Reconnection backs off (jittered, capped).
+// changes nothing it enforces. Reconnection backs off (jittered, capped);
+// with several URLs (replicas of the control plane), each new attempt goes to
+// the next one, so a daemon whose replica died reaches another and resumes
+// from its digest.
 
 import { statSync } from 'node:fs';
 import type { Logger } from 'pino';
 import { WebSocket, type RawData } from 'ws';
 import { z } from 'zod';
 import { CHANNEL_PATH, CLOSE, HEARTBEAT_SECONDS, PROTOCOL_VERSION, SUBPROTOCOL, closeReason, type Ack, type Hello, type Status } from '../channel/index.js';
-import type { DaemonConfig } from '../config/index.js';
+import { controlPlaneUrls, type DaemonConfig } from '../config/index.js';
 import type { BundleFiles, LoadedBundle } from '../engine/index.js';
 import { ERRORS, MoatError, readRegularFile } from '../errors/index.js';
 import { BundleCache, writeFileAtomic, type CachedBundle } from './bundle-cache.js';
@@ -53,7 +56,10 @@ export class ChannelBundleSource implements BundleSource {
   readonly name = 'control plane';
   private readonly cache: BundleCache;
   private readonly cp: NonNullable<DaemonConfig['controlPlane']>;
-  private readonly url: string;
+  /** The channel URLs (controlPlane.url's, with the channel's path), tried in turn. */
+  private readonly urls: readonly string[];
+  /** Which of them the current or next attempt uses. */
+  private at = 0;
   private readonly ca: Buffer | undefined;
   /** The applied bundle (in force), and where it came from. */
   private current: CachedBundle | undefined;
@@ -95,7 +101,7 @@ export class ChannelBundleSource implements BundleSource {
     this.cache = new BundleCache(this.cp.stateDir);
     this.cache.open();
     this.intake = new BundleIntake(this.cache, options.intake, options.intakeScript);
-    this.url = channelUrl(this.cp.url);
+    this.urls = controlPlaneUrls(this.cp.url).map(channelUrl);
     this.token(); // a token file that cannot be read stops the start, not the first connection
     this.ca = this.cp.ca === undefined ? undefined : readSecret(this.cp.ca, 'controlPlane.ca', 'CA file');
     this.initialBackoffMs = options.initialBackoffMs ?? 1000;
@@ -120,7 +126,7 @@ export class ChannelBundleSource implements BundleSource {
 
   /** Where the channel stands, for /health and metrics. */
   status(): SourceStatus {
-    return { connected: this.connected, since: this.since, bundle: this.origin, digest: this.current?.digest ?? null, lastClose: this.lastClose };
+    return { connected: this.connected, since: this.since, bundle: this.origin, digest: this.current?.digest ?? null, lastClose: this.lastClose, url: this.url };
   }
 
   /**
@@ -223,6 +229,11 @@ export class ChannelBundleSource implements BundleSource {
     void this.intake.stop();
   }
 
+  /** The URL of the current (or next) attempt. */
+  private get url(): string {
+    return this.urls[this.at]!;
+  }
+
   private connect(): void {
     if (this.stopped) return;
     const log = this.log!;
@@ -269,6 +280,8 @@ export class ChannelBundleSource implements BundleSource {
     if (this.stopped) return;
     const log = this.log!;
     const cap = this.cp.maxBackoffSeconds * 1000;
+    // The next attempt goes to the next replica: the one just lost may be dead (one URL: the same again).
+    this.at = (this.at + 1) % this.urls.length;
     if (code === CLOSE.UNAUTHORIZED || code === CLOSE.REVOKED || code === CLOSE.UNSUPPORTED_PROTOCOL) {
       // Retrying will not make the token valid or the version spoken: the longest wait, never a tight loop.
       log.error({ code, reason, retryInSeconds: this.cp.maxBackoffSeconds }, `the control plane refused this daemon (${code}: ${reason || 'no reason given'}); the bundle in force stays`);
@@ -279,7 +292,7 @@ export class ChannelBundleSource implements BundleSource {
       log.error({ code, reason }, 'another daemon connected with this token; this one stops taking bundles (it keeps enforcing its own): give each daemon its own token, then restart it');
       return;
     }
-    if (wasConnected) log.warn({ code, reason }, 'control plane connection closed; the bundle in force stays');
+    if (wasConnected) log.warn({ code, reason, url: ws.url, next: this.url }, 'control plane connection closed; the bundle in force stays');
     const delay = Math.min(cap, this.initialBackoffMs * 2 ** Math.min(this.attempt, 30));
     this.attempt++;
     // Equal jitter: half the delay fixed, half random, so a fleet does not reconnect in step.

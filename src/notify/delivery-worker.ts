@@ -131,7 +131,11 @@ export class DeliveryWorker {
       }
       if (!this.running) break;
       if (sent > 0) continue;
-      const due = await this.outbox.nextDue();
+      // Outside the pass's try: a database that cannot be reached here must not end the loop (nor the process, unhandled).
+      const due = await this.outbox.nextDue().catch((err: unknown) => {
+        this.o.logger?.error({ err }, 'notification delivery: cannot read when the next notification is due; polling');
+        return undefined;
+      });
       const wait = Math.max(0, Math.min(this.pollMs, due === undefined ? this.pollMs : due - this.clock.now()));
       await new Promise<void>((resolve) => {
         this.wakeUp = resolve;

@@ -181,6 +181,11 @@ describe('moat daemon --check with a control plane', () => {
     expect([r.code, r.stderr, r.stdout]).toEqual([0, '', 'OK: monitor on lo; capture engine ring, 1 packet worker; control plane ws://127.0.0.1:9, no cached bundle yet; 0 rules, fields: (none)']);
   });
 
+  it('names every control plane URL of a list (replicas tried in turn)', async () => {
+    const r = await moat('daemon', '--config', channel({ token: 'moatd_x', url: ['ws://127.0.0.1:9', 'ws://127.0.0.2:9'], stateDir: join(dir, 'cp-state-list') }), '--check');
+    expect([r.code, r.stderr, r.stdout]).toEqual([0, '', 'OK: monitor on lo; capture engine ring, 1 packet worker; control plane ws://127.0.0.1:9 or ws://127.0.0.2:9, no cached bundle yet; 0 rules, fields: (none)']);
+  });
+
   it('compiles the cached bundle and names it', async () => {
     const state = join(dir, 'cached-state');
     const cache = new BundleCache(state);

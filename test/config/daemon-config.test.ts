@@ -237,6 +237,27 @@ describe('the daemon configuration with a control plane', () => {
   });
 });
 
+describe('the daemon configuration with several control plane URLs (replicas)', () => {
+  const cp = { tokenFile: 'gw1.token', stateDir: 'state' };
+  const base = { mode: 'inline', interfaces: ['ga', 'gb'] };
+
+  it('takes a list of URLs, kept in the order given', () => {
+    const c = validateDaemonConfig({ ...base, controlPlane: { ...cp, url: ['ws://10.0.0.1:8080', 'ws://10.0.0.2:8080'] } }, 'd.jsonc');
+    expect(c.controlPlane!.url).toEqual(['ws://10.0.0.1:8080', 'ws://10.0.0.2:8080']);
+  });
+
+  it('names the URL of the list that is wrong, refuses an empty list, one URL twice, and a CA beside a plain ws:// one', () => {
+    const bad = error(() => validateDaemonConfig({ ...base, controlPlane: { ...cp, url: ['ws://10.0.0.1:8080', 'http://10.0.0.2:8080'] } }, 'd.jsonc'));
+    expect([bad.code, bad.message, bad.pointer]).toEqual([5002, 'd.jsonc: controlPlane.url.1: the scheme must be ws:// or wss://, not "http://"', '/controlPlane/url/1']);
+    expect(error(() => validateDaemonConfig({ ...base, controlPlane: { ...cp, url: [] } }, 'd.jsonc')).message).toBe('d.jsonc: controlPlane.url: give at least one URL');
+    const twice = error(() => validateDaemonConfig({ ...base, controlPlane: { ...cp, url: ['ws://10.0.0.1:8080', 'ws://10.0.0.2:8080', 'ws://10.0.0.1:8080/'] } }, 'd.jsonc'));
+    expect([twice.code, twice.message, twice.pointer]).toEqual([5002, 'd.jsonc: controlPlane.url: "ws://10.0.0.1:8080/" is listed twice', '/controlPlane/url/2']);
+    const ca = error(() => validateDaemonConfig({ ...base, controlPlane: { ...cp, ca: 'ca.pem', url: ['wss://a.example:8443', 'ws://b.example:8080'] } }, 'd.jsonc'));
+    expect([ca.message, ca.pointer]).toEqual(['d.jsonc: controlPlane.ca: a CA is for a wss:// URL; "ws://b.example:8080" is not one', '/controlPlane/ca']);
+    expect(error(() => validateDaemonConfig({ ...base, controlPlane: { ...cp, url: 42 } }, 'd.jsonc')).pointer).toBe('/controlPlane/url');
+  });
+});
+
 describe('README "Connect a daemon"', () => {
   it('shows a daemon configuration that validates, with its control plane and no rules', () => {
     const readme = readFileSync(join(ROOT, 'README.md'), 'utf8');

@@ -106,7 +106,7 @@ function logger(): { log: Logger; lines: Array<Record<string, unknown>> } {
 }
 
 /** A daemon on two in-memory ports ("ga" in, "gb" out) fed by the control plane at `url`. */
-async function daemonFor(url: string, stateDir: string, extra: { failOpen?: boolean; mode?: 'inline' | 'monitor'; metricsPort?: number; heartbeatSeconds?: number; maxBackoffSeconds?: number; initialBackoffMs?: number; intakeScript?: URL } = {}) {
+async function daemonFor(url: string | string[], stateDir: string, extra: { failOpen?: boolean; mode?: 'inline' | 'monitor'; metricsPort?: number; heartbeatSeconds?: number; maxBackoffSeconds?: number; initialBackoffMs?: number; intakeScript?: URL } = {}) {
   const mode = extra.mode ?? 'inline';
   const config = validateDaemonConfig(
     {
@@ -489,6 +489,45 @@ describe('a daemon fed by its control plane', () => {
     expect(hello).toMatchObject({ digest: b.digest, lists: [] });
     await until('connected', () => d.bundles.status!().bundle === 'live' && d.bundles.status!().connected);
     expect(again.messages('ack')).toEqual([]); // up to date: nothing to apply
+  });
+
+  it('with several URLs, reaches another replica when its own dies, resumes there with its digest (nothing applied again) and takes the next push', async () => {
+    const a = new FakeControlPlane();
+    const b = new FakeControlPlane();
+    await a.start();
+    await b.start();
+    cleanups.push(() => a.kill());
+    const v1 = bundle(1, '4', [{ id: 'ssh', expression: 'tcp.dstport == 22' }]);
+    a.current = v1;
+    b.current = v1;
+    // B first: the daemon starts on it.
+    const { d, forwards, lines } = await daemonFor([b.url, a.url], newState());
+    await until('the ack on B', () => b.messages('ack').length === 1);
+    expect(a.connections).toEqual([]);
+    expect(d.bundles.status!()).toMatchObject({ connected: true, url: `${b.url}/moat/channel` });
+    await b.kill();
+    const hello = await until('a hello on A', () => a.messages('hello')[0]);
+    expect(hello).toMatchObject({ digest: v1.digest });
+    await until('connected to A', () => d.bundles.status!().connected && d.bundles.status!().url === `${a.url}/moat/channel`);
+    // Up to date: A sent no bundle, the daemon applied nothing more, and enforced all along.
+    expect(a.messages('ack')).toEqual([]);
+    expect(lines.filter((l) => l['msg'] === 'ruleset swapped')).toHaveLength(1);
+    expect(forwards(frame('192.0.2.1', 22))).toBe(false);
+    expect(lines.find((l) => l['msg'] === 'control plane connection closed; the bundle in force stays')).toMatchObject({ url: `${b.url}/moat/channel`, next: `${a.url}/moat/channel` });
+    const v2 = bundle(2, '5', [{ id: 'web', expression: 'tcp.dstport == 80' }]);
+    a.push({ ...v2, seq: 1 });
+    await until('the ack on A', () => a.messages('ack').length === 1);
+    expect(a.messages('ack')[0]).toMatchObject({ result: 'applied', digest: v2.digest, versions: { account: '5', zone: null } });
+    expect([forwards(frame('192.0.2.1', 22)), forwards(frame('192.0.2.1', 80))]).toEqual([true, false]);
+  });
+
+  it('with several URLs and none answering, tries each in turn', async () => {
+    const ports = [await freePort(), await freePort(), await freePort()];
+    const urls = ports.map((p) => `ws://127.0.0.1:${p}`);
+    const { lines } = await daemonFor(urls, newState(), { initialBackoffMs: 20, maxBackoffSeconds: 0.1 });
+    await until('six failed attempts', () => lines.filter((l) => l['msg'] === 'control plane unreachable; no bundle yet').length >= 6, 5000);
+    const tried = lines.filter((l) => l['msg'] === 'control plane unreachable; no bundle yet').slice(0, 6).map((l) => l['url']);
+    expect(tried).toEqual([...urls, ...urls].map((u) => `${u}/moat/channel`));
   });
 
   it('notices a silent control plane within three heartbeats and reconnects; pings keep a quiet connection up', async () => {

@@ -51,7 +51,7 @@ const SUPERUSER = 'moat';
 // Finding PostgreSQL
 
 /** The directory holding initdb, pg_ctl and postgres, or why there is none. */
-function findBinDir(): { dir: string } | { problem: string } {
+export function findBinDir(): { dir: string } | { problem: string } {
   const fromEnv = process.env.MOAT_PG_BIN;
   if (fromEnv) return existsSync(join(fromEnv, 'pg_ctl')) ? { dir: fromEnv } : { problem: `MOAT_PG_BIN=${fromEnv} has no pg_ctl` };
   // Debian's server binaries live in /usr/lib/postgresql/<version>/bin (only
@@ -70,7 +70,7 @@ function findBinDir(): { dir: string } | { problem: string } {
 }
 
 /** The user the server runs as: ourselves, or (as root) postgres, else nobody. */
-function serverUser(): { name: string; uid: number; gid: number } | null {
+export function serverUser(): { name: string; uid: number; gid: number } | null {
   if (process.getuid?.() !== 0) return null;
   for (const name of ['postgres', 'nobody']) {
     const uid = spawnSync('id', ['-u', name], { encoding: 'utf8' });

@@ -5,7 +5,7 @@
 import type { Command } from 'commander';
 import { pino } from 'pino';
 import { LiveCapture, ringEngineAvailable } from '../../capture/index.js';
-import { loadDaemonConfig, type DaemonConfig } from '../../config/index.js';
+import { controlPlaneUrls, loadDaemonConfig, type DaemonConfig } from '../../config/index.js';
 import { bundleFiles, bundleSourceFor, capturePlan, ChannelBundleSource, Daemon, liveCaptureHost, preflight } from '../../daemon/index.js';
 import { BundleError, loadBundle, type LoadedBundle } from '../../engine/index.js';
 import type { MoatError } from '../../errors/index.js';
@@ -52,7 +52,8 @@ export function registerDaemon(program: Command, out: Output): void {
         try {
           const b: LoadedBundle & { cached?: string | undefined } = config.controlPlane === undefined ? loadBundle(bundleFiles(config)) : await checkChannel(config);
           for (const w of b.missing) out.stderr(formatWarning(w));
-          const what = config.controlPlane === undefined ? '' : b.cached === undefined ? `control plane ${config.controlPlane.url}, no cached bundle yet; ` : `control plane ${config.controlPlane.url}, cached bundle ${b.cached}: `;
+          const cps = config.controlPlane === undefined ? '' : controlPlaneUrls(config.controlPlane.url).join(' or ');
+          const what = config.controlPlane === undefined ? '' : b.cached === undefined ? `control plane ${cps}, no cached bundle yet; ` : `control plane ${cps}, cached bundle ${b.cached}: `;
           // Inline: the sides as the daemon will take them (the first of a list is outside).
           const ports = config.mode === 'inline' ? `${config.interfaces[0]} (outside), ${config.interfaces[1]} (inside), judging ${config.judge === 'both' ? 'both directions' : 'frames from outside'}` : config.interfaces.join(', ');
           const engine = plan.engine === 'ring' ? `capture engine ring, ${plan.workers} packet worker${plan.workers === 1 ? '' : 's'}` : 'capture engine libpcap';

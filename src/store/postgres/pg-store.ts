@@ -48,8 +48,16 @@ const READS: { readonly [K in keyof Repos]: ReadonlySet<string> } = {
   outbox: new Set(['nextDue', 'history', 'openIncident', 'deprecationNotices']),
 };
 
-/** Writes that change nothing a daemon is sent or a memo holds: committed without signalling the feed (as SQLite's recordStatus). */
-const QUIET = new Set(['daemons.recordStatus']);
+/**
+ * Writes that change nothing a daemon is sent: committed without signalling
+ * the feed (as SQLite's recordStatus); the change epoch still moves. Besides
+ * fleet status, the writes every replica makes on its own schedule (the
+ * outbox's poll each second, health probes): as loud writes they made every
+ * replica's hub re-read each group's deployment fingerprint about once a
+ * second per replica, for nothing, and hid a lost notification behind the
+ * next poll instead of the LISTEN connection's catch-up.
+ */
+const QUIET = new Set(['daemons.recordStatus', 'outbox.claim', 'outbox.record', 'outbox.releaseDeadOwners', 'outbox.prune', 'loadBalancing.recordProbes', 'loadBalancing.markStale']);
 /** Pool writes: named in the notification, so other replicas run their Store.onPoolsWritten listeners. */
 const POOL_WRITES = new Set(['loadBalancing.createPool', 'loadBalancing.updatePool', 'loadBalancing.deletePool', 'loadBalancing.bulkSetNotificationEmail']);
 /** The name of pool writes in a notification's payload. */
