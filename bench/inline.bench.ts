@@ -605,8 +605,8 @@ function printReport(records: PathRecord[], baseline: Rung[], o: Options, offloa
     const isK = rec.spec.key === 'kernel';
     console.log(
       `  ${rec.spec.label.padEnd(16)} ${f2(per(rs, (r) => r.senderCpu)).padStart(7)}  ${(isK ? '-' : f2(per(rs, (r) => r.daemonCpu))).padStart(9)}  ${f2(per(rs, (r) => r.softirqCpu)).padStart(9)}` +
-        `  ${f2(per(rs, (r) => r.senderCpu + (Number.isNaN(r.daemonCpu) ? 0 : r.daemonCpu) + r.softirqCpu)).padStart(7)}  ${f2(c).padStart(7)}   ${(isK ? 'reference' : `${f2(c / kernelCharged)}x`).padStart(9)}` +
-        `        | ${f2(e).padStart(24)}   ${(isK ? 'reference' : `${f2(e / kernelEarly)}x`).padStart(9)}`,
+        `  ${f2(per(rs, (r) => r.senderCpu + (Number.isNaN(r.daemonCpu) ? 0 : r.daemonCpu) + r.softirqCpu)).padStart(7)}  ${f2(c).padStart(7)}   ${(isK ? 'reference' : ratio(c, kernelCharged)).padStart(9)}` +
+        `        | ${f2(e).padStart(24)}   ${(isK ? 'reference' : ratio(e, kernelEarly)).padStart(9)}`,
     );
   }
   console.log('\nThe older method, for continuity (biased: the daemon process alone vs the sender\'s difference; the ring delivery its sender pays, ~1 us, is counted nowhere):');
@@ -637,17 +637,17 @@ function printReport(records: PathRecord[], baseline: Rung[], o: Options, offloa
     const c = charged(rec);
     const e = chargedEarly(rec);
     console.log(`    CPU per 64-byte frame      ${f2(c).padStart(7)} us  at ${kpps(o.cpuPps)} pps, charged alike${isK ? '  reference' : `  vs ${f2(kernelCharged)}: ${aimText(c / kernelCharged, 1.25, false)}`}`);
-    console.log(`      sink dropping early      ${f2(e).padStart(7)} us${isK ? '  reference' : `  vs ${f2(kernelEarly)}: ${f2(e / kernelEarly)}x`}`);
+    console.log(`      sink dropping early      ${f2(e).padStart(7)} us${isK ? '  reference' : `  vs ${f2(kernelEarly)}: ${ratio(e, kernelEarly)}`}`);
     for (const pps of cpuRates) {
       const cpu = cpuUs(rec, pps);
       const k = kernelAt(pps);
-      console.log(`      older method             ${f2(cpu).padStart(7)} us  at ${kpps(pps)} pps${isK ? '  reference (sender difference, above)' : `  vs ${f2(k)}: ${f2(cpu / k)}x`}`);
+      console.log(`      older method             ${f2(cpu).padStart(7)} us  at ${kpps(pps)} pps${isK ? '  reference (sender difference, above)' : `  vs ${f2(k)}: ${ratio(cpu, k)}`}`);
     }
     const tcpCpu = rec.tcp.reduce((s, t) => s + t.cpu, 0);
     const tcpFwd = rec.tcp.reduce((s, t) => s + t.forwarded, 0);
     console.log(
       `    TCP                        ${f0(tcp).padStart(7)} Mbit/s  (${rec.tcp.map((t) => f0(t.mbps)).join(', ')}; ${rec.tcp.reduce((s, t) => s + t.retransmits, 0)} retr)` +
-        `${isK ? '  reference' : `  vs ${f0(kTcp)}: ${aimText(tcp / kTcp, 0.8, true)}; daemon ${f2((tcpCpu * 1e6) / tcpFwd)} us per forwarded frame`}`,
+        `${isK ? '  reference' : `  vs ${f0(kTcp)}: ${aimText(tcp / kTcp, 0.8, true)}; forwarder ${f2((tcpCpu * 1e6) / tcpFwd)} us per forwarded frame`}`,
     );
     console.log(
       `    ping RTT p50/p99/max       ${f0(p50)} / ${f0(p99)} / ${f0(max)} us  (${lost} of ${rec.pingsSent} lost)` +
@@ -660,6 +660,11 @@ function printReport(records: PathRecord[], baseline: Rung[], o: Options, offloa
     }
   }
   for (const l of drops) console.log(l);
+}
+
+/** "1.35x", or "-" when either figure is unknown. */
+function ratio(x: number, reference: number): string {
+  return Number.isFinite(x / reference) ? `${(x / reference).toFixed(2)}x` : '-';
 }
 
 function mean(xs: number[]): number {
