@@ -613,20 +613,23 @@ function printReport(records: PathRecord[], baseline: Rung[], o: Options, offloa
       `veth runs the receiver's input in the transmitter's context, so B's receive is in every path's figure (the sender's on the kernel bridge, the ` +
       `forwarder's otherwise); "sink drops early" sends the frames to a MAC address B does not have, so B drops them first thing in IP input and its IP/UDP input is not there. Rungs without loss only.`,
   );
-  console.log('  path              sender  forwarder  ksoftirqd    total  charged   vs kernel        | sink drops early: charged   vs kernel');
   const kernelCharged = charged(kernel);
   const kernelEarly = chargedEarly(kernel);
-  for (const rec of records) {
-    const rs = at(rec);
-    const c = charged(rec);
-    const e = chargedEarly(rec);
-    const isK = rec.spec.key === 'kernel';
-    console.log(
-      `  ${rec.spec.label.padEnd(16)} ${f2(per(rs, (r) => r.senderCpu)).padStart(7)}  ${(isK ? '-' : f2(per(rs, (r) => r.daemonCpu))).padStart(9)}  ${f2(per(rs, (r) => r.softirqCpu)).padStart(9)}` +
-        `  ${f2(per(rs, (r) => r.senderCpu + (Number.isNaN(r.daemonCpu) ? 0 : r.daemonCpu) + r.softirqCpu)).padStart(7)}  ${f2(c).padStart(7)}   ${(isK ? 'reference' : ratio(c, kernelCharged)).padStart(9)}` +
-        `        | ${f2(e).padStart(24)}   ${(isK ? 'reference' : ratio(e, kernelEarly)).padStart(9)}`,
-    );
-  }
+  // us per frame of each task, then the charged figure and its ratio: one row per path.
+  const table = (title: string, rungsOf: (rec: PathRecord) => Rung[], chargedOf: (rec: PathRecord) => number, reference: number): void => {
+    console.log(`  ${title.padEnd(16)}  sender  forwarder  ksoftirqd    total  charged   vs kernel`);
+    for (const rec of records) {
+      const rs = rungsOf(rec);
+      const c = chargedOf(rec);
+      const isK = rec.spec.key === 'kernel';
+      console.log(
+        `  ${rec.spec.label.padEnd(16)} ${f2(per(rs, (r) => r.senderCpu)).padStart(7)}  ${(isK ? '-' : f2(per(rs, (r) => r.daemonCpu))).padStart(9)}  ${f2(per(rs, (r) => r.softirqCpu)).padStart(9)}` +
+          `  ${f2(per(rs, (r) => r.senderCpu + (Number.isNaN(r.daemonCpu) ? 0 : r.daemonCpu) + r.softirqCpu)).padStart(7)}  ${f2(c).padStart(7)}   ${(isK ? 'reference' : ratio(c, reference)).padStart(9)}`,
+      );
+    }
+  };
+  table('path (us/frame)', at, charged, kernelCharged);
+  table('sink drops early', (rec) => rec.earlyDrop.filter((r) => r.outcome === 'ok'), chargedEarly, kernelEarly);
   console.log('\nThe older method, for continuity (biased: the daemon process alone vs the sender\'s difference; the ring delivery its sender pays, ~1 us, is counted nowhere):');
   for (const pps of cpuRates) {
     const ds = daemons.map((d) => senderUs(d, pps)).filter(Number.isFinite);
