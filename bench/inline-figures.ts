@@ -1,8 +1,10 @@
 // The figures of the inline benchmark (inline.bench.ts), kept apart from the
 // namespaces and processes so that the rules deciding them are tested
 // (test/bench/inline-figures.test.ts): when a rung of the rate ladder holds,
-// the highest rate without loss over rounds, percentiles, the kernel bridge's
-// CPU per frame (the sender's difference), and the aims as ratios.
+// the highest rate without loss over rounds, percentiles, the CPU charged to a
+// path per frame (every task's CPU on the path minus the sender alone: the method
+// since #19 item 7), the kernel bridge's CPU per frame by the older method (the
+// sender's difference), and the aims as ratios.
 
 /** A rung holds when at least this share of what was sent reached B. */
 export const DELIVERED_MIN = 0.999;
@@ -18,8 +20,10 @@ export interface Rung {
   atB: number;
   /** The generator's CPU seconds. */
   senderCpu: number;
-  /** The daemon's CPU seconds (NaN on the kernel bridge). */
+  /** The forwarder's CPU seconds (the daemon's or the floor forwarder's; NaN on the kernel bridge, which has no process). */
   daemonCpu: number;
+  /** CPU seconds of the ksoftirqd threads (softirq work the kernel deferred out of the sender's or the forwarder's context). */
+  softirqCpu: number;
   /** Frames the daemon forwarded (NaN on the kernel bridge). */
   forwarded: number;
   /** Frames the gateway's ports received that the capture never delivered (0 on the kernel bridge). */
@@ -81,6 +85,42 @@ export function kernelBridgeUs(kernelSenderUs: number, daemonSenderUs: readonly 
   const xs = daemonSenderUs.filter(Number.isFinite);
   if (xs.length === 0) return NaN;
   return kernelSenderUs - xs.reduce((s, x) => s + x, 0) / xs.length;
+}
+
+/** What a CPU figure is made of: frames sent at a fixed rate, and the CPU seconds of every task that worked on them. */
+export interface CpuSample {
+  sent: number;
+  senderCpu: number;
+  /** NaN when the path has no forwarding process (the kernel bridge). */
+  daemonCpu: number;
+  softirqCpu: number;
+}
+
+/**
+ * All CPU the tasks of a path used, in us per frame sent, over `samples` (the rounds):
+ * the sender, the forwarder (none on the kernel bridge: NaN counts as 0) and the
+ * ksoftirqd threads. Every piece of the path's work is in one of these: veth delivers
+ * in the transmitter's context, so A's send, the gateway port's receive (and on the
+ * kernel path the bridge and B's receive) run in the sender; on a forwarder's path,
+ * B's receive runs in the forwarder's sendmmsg. NaN without frames.
+ */
+export function totalUs(samples: readonly CpuSample[]): number {
+  const sent = samples.reduce((s, x) => s + x.sent, 0);
+  if (sent === 0) return NaN;
+  const cpu = samples.reduce((s, x) => s + x.senderCpu + (Number.isNaN(x.daemonCpu) ? 0 : x.daemonCpu) + x.softirqCpu, 0);
+  return (cpu * 1e6) / sent;
+}
+
+/**
+ * The CPU charged to a path per forwarded frame (us): its total (totalUs) minus the
+ * baseline's, the same sender at the same rate into the gateway's bare ports (nothing
+ * attached: the frames end at the port). The sender's own cost cancels exactly; what
+ * remains is the same work on every path: the gateway's side of the delivery, the
+ * forwarding, and B's receive (or, with the sink dropping early, only B's tc ingress).
+ * Per frame sent, which is per frame forwarded on a rung without loss.
+ */
+export function chargedUs(path: readonly CpuSample[], baseline: readonly CpuSample[]): number {
+  return totalUs(path) - totalUs(baseline);
 }
 
 /** "0.92x (aim >= 0.8x: met)"; empty when the ratio is not a number. */

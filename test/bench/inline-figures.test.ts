@@ -2,10 +2,10 @@
 // rung of the 64-byte rate ladder holds, the rate without loss over interleaved rounds,
 // the latency percentiles, the kernel bridge's CPU per frame and the aims' verdicts.
 import { describe, expect, it } from 'vitest';
-import { aimText, kernelBridgeUs, percentile, rateWithoutLoss, rungOutcome, type Rung } from '../../bench/inline-figures.js';
+import { aimText, chargedUs, kernelBridgeUs, percentile, rateWithoutLoss, rungOutcome, type Rung } from '../../bench/inline-figures.js';
 
 function rung(pps: number, outcome: Rung['outcome']): Rung {
-  return { pps, sent: pps, atB: pps, senderCpu: 0, daemonCpu: 0, forwarded: pps, ringDrops: 0, outcome };
+  return { pps, sent: pps, atB: pps, senderCpu: 0, daemonCpu: 0, softirqCpu: 0, forwarded: pps, ringDrops: 0, outcome };
 }
 
 describe('a rung of the rate ladder', () => {
@@ -79,6 +79,34 @@ describe("the kernel bridge's CPU per frame", () => {
   it('leaves out daemon paths without a figure, and is unknown without any', () => {
     expect(kernelBridgeUs(4.5, [NaN, 2.5])).toBeCloseTo(2.0, 10);
     expect(kernelBridgeUs(4.5, [])).toBeNaN();
+  });
+});
+
+describe('the CPU charged to a path per frame', () => {
+  const sample = (sent: number, senderCpu: number, daemonCpu: number, softirqCpu: number) => ({ sent, senderCpu, daemonCpu, softirqCpu });
+  // The sender alone into bare ports: 1.6 us/frame (its own send and the port's receive).
+  const baseline = [sample(150_000, 0.24, NaN, 0)];
+
+  it("is the kernel bridge's whole sender CPU (the bridge and B's receive run there) minus the sender alone", () => {
+    expect(chargedUs([sample(150_000, 0.45, NaN, 0)], baseline)).toBeCloseTo(1.4, 10);
+  });
+
+  it("counts a forwarder's process and the ring delivery its sender pays, not only the process", () => {
+    // sender 2.6 us/frame (1.0 of it delivering into the ring), daemon 2.7: charged 2.6 + 2.7 - 1.6
+    expect(chargedUs([sample(150_000, 0.39, 0.405, 0)], baseline)).toBeCloseTo(3.7, 10);
+  });
+
+  it('counts softirq work deferred to ksoftirqd, on the path and in the baseline alike', () => {
+    expect(chargedUs([sample(150_000, 0.3, NaN, 0.15)], [sample(150_000, 0.18, NaN, 0.06)])).toBeCloseTo(1.4, 10);
+  });
+
+  it('weighs the rounds by the frames each sent', () => {
+    expect(chargedUs([sample(100_000, 0.2, NaN, 0), sample(300_000, 0.9, NaN, 0)], [sample(400_000, 0.4, NaN, 0)])).toBeCloseTo(1.75, 10);
+  });
+
+  it('is unknown without frames on the path or in the baseline', () => {
+    expect(chargedUs([], baseline)).toBeNaN();
+    expect(chargedUs([sample(150_000, 0.45, NaN, 0)], [])).toBeNaN();
   });
 });
 
