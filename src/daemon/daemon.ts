@@ -6,9 +6,10 @@
 // change or SIGHUP). A bundle that fails to compile is rejected and logged; the
 // running one stays.
 
+import { stat } from 'node:fs/promises';
 import { createServer, type Server } from 'node:http';
 import type { Logger } from 'pino';
-import { ringEngineAvailable, type FrameSource, type SourceStats } from '../capture/index.js';
+import { ringEngineAvailable, setThreadPriority, type FrameSource, type SourceStats } from '../capture/index.js';
 import { loadDaemonConfig, type DaemonConfig } from '../config/index.js';
 import { BundleError, BundleLoader, FrameInspector, PacketPath, PathCounters, type CompiledRule, type Evaluator, type LoadedBundle, type TransferredBundle } from '../engine/index.js';
 import { ERRORS, MoatError, type ErrorName } from '../errors/index.js';
@@ -161,7 +162,11 @@ export class Daemon {
     this.bundles = bundles ?? bundleSourceFor(config, options.configFile);
     const kind = options.loader ?? (loaderWorkerAvailable() ? 'worker' : 'in-thread');
     if (options.loader === undefined && kind === 'in-thread') log.warn('bundles load on the event loop: the loader worker is not built (running from the TypeScript sources; npm run build)');
-    if (kind === 'worker') this.loading = new WorkerLoading(log);
+    if (kind === 'worker') {
+      const loading = new WorkerLoading(log);
+      loading.nice = config.capture.priority.background;
+      this.loading = loading;
+    }
     else {
       const loader = new BundleLoader();
       this.loading = { load: (files) => new Promise((resolve) => resolve(loader.load(files))) };
@@ -192,6 +197,8 @@ export class Daemon {
     } else {
       const loaded = await this.load(); // throws: a daemon does not start without a valid bundle
       bundle = loaded;
+      // `moat daemon` on the libpcap engine: the main thread is the packet loop (not raised for in-memory sources: tests, benchmarks).
+      if (this.options.ring !== undefined) await this.raiseMainThread(c.capture.priority.packet);
       const sources = c.interfaces.map((name) => this.openSource(name, { ringBytes: c.capture.ringBytes, filter: c.capture.filter }));
       this.ports = sources.map((source, i) => {
         const counters = new PathCounters();
@@ -437,7 +444,18 @@ export class Daemon {
       onEvent: (w, m) => this.onWorkerEvent(w, m),
       hold: awaiting ? (c.mode === 'inline' && c.failOpen ? 'pass' : 'drop') : undefined,
       log: this.log,
+      nice: c.capture.priority.packet,
     });
+  }
+
+  // The libpcap engine's packet loop is the main thread: raised as the ring engine's workers are. A thread
+  // inherits its creator's nice, so libuv's pool (it starts all its threads on its first job) is made to
+  // start first, at the inherited value; worker threads started later set their own.
+  private async raiseMainThread(nice: number): Promise<void> {
+    await stat(process.cwd());
+    // Not renamed: the main thread's name is the process's (ps, pgrep).
+    const p = setThreadPriority('', nice);
+    if (p.refused !== undefined) this.log.warn({ asked: nice, nice: p.nice }, `the packet loop (main thread): nice ${nice} ${p.refused}; it runs at ${p.nice}`);
   }
 
   private keepRules(gen: number, rules: readonly CompiledRule[]): void {
