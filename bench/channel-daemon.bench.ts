@@ -35,7 +35,8 @@
 // do, and the report compares their workers' gaps.
 // Knobs: MOAT_BENCH_CHANNEL_RULE_ROUNDS (10), MOAT_BENCH_CHANNEL_LIST_ROUNDS
 // (3), MOAT_BENCH_CHANNEL_SIDES (ABC: which daemons run; D too when named),
-// MOAT_BENCH_CHANNEL_PRIORITY (off: A and B without thread priorities), MOAT_BENCH_CHANNEL_WORKERS
+// MOAT_BENCH_CHANNEL_PRIORITY (off: A and B without thread priorities; main:
+// their main thread raised to -10 as well, a variant measured and not taken), MOAT_BENCH_CHANNEL_WORKERS
 // (C's packet workers, 2), MOAT_BENCH_REPLAY_INTERVAL_MS (C's pacing, 1).
 
 import { spawn, type ChildProcess } from 'node:child_process';
@@ -400,11 +401,12 @@ export async function runChannelDaemonBench(): Promise<void> {
   try {
     // A and B are compared with each other: they run together or not at all.
     if (/[AB]/.test(SIDES)) sides.push(await side('A', 'worker'), await side('B', 'in-thread'));
-    // A and B alone are the libpcap engine's shape (the packet loop on the main thread), which `moat daemon`
-    // raises to capture.priority.packet: so is this process's main thread, unless priorities are off.
+    // A and B are the libpcap engine's shape (the packet loop on the main thread), whose main thread `moat daemon`
+    // leaves at 0; MOAT_BENCH_CHANNEL_PRIORITY=main raises it too (measured worse: see README, capture.priority).
     if (/[AB]/.test(SIDES) && !/[CD]/.test(SIDES)) {
-      const p = PRIORITY_OFF ? undefined : setThreadPriority('', -10);
-      console.log(`thread priorities ${PRIORITY_OFF ? 'off (MOAT_BENCH_CHANNEL_PRIORITY=off): main, loader and intake at nice 0' : `on: main thread at nice ${p!.nice}${p!.refused === undefined ? '' : ` (${p!.refused})`}, loader and intake at 10`}`);
+      const p = process.env.MOAT_BENCH_CHANNEL_PRIORITY === 'main' ? setThreadPriority('', -10) : undefined;
+      const main = p === undefined ? 'main thread at 0' : `main thread at nice ${p.nice}${p.refused === undefined ? '' : ` (${p.refused})`}`;
+      console.log(`thread priorities ${PRIORITY_OFF ? 'off (MOAT_BENCH_CHANNEL_PRIORITY=off): main, loader and intake at nice 0' : `on (MOAT_BENCH_CHANNEL_PRIORITY=off|main): ${main}, loader and intake at 10`}`);
     }
     if (SIDES.includes('C')) rings.push(await ringSide('C'));
     if (SIDES.includes('D')) rings.push(await ringSide('D'));

@@ -162,8 +162,8 @@ const schema = z.strictObject({
       filter: z.string().default(''),
       /**
        * Thread priorities (Linux nice, -20..19; lower runs first): `packet`, the
-       * threads that judge frames (the ring engine's packet workers; the libpcap
-       * engine's main thread), default -10 (needs root or CAP_SYS_NICE: without
+       * ring engine's packet workers (the libpcap engine's packet loop, the main
+       * thread, is left at 0), default -10 (needs root or CAP_SYS_NICE: without
        * it they keep 0, said in the log and moat_thread_nice); `background`, the
        * bundle loader and intake threads, default 10. Both 0: nothing changed.
        */

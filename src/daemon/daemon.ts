@@ -6,10 +6,9 @@
 // change or SIGHUP). A bundle that fails to compile is rejected and logged; the
 // running one stays.
 
-import { stat } from 'node:fs/promises';
 import { createServer, type Server } from 'node:http';
 import type { Logger } from 'pino';
-import { ringEngineAvailable, setThreadPriority, type FrameSource, type SourceStats } from '../capture/index.js';
+import { ringEngineAvailable, type FrameSource, type SourceStats } from '../capture/index.js';
 import { loadDaemonConfig, type DaemonConfig } from '../config/index.js';
 import { BundleError, BundleLoader, FrameInspector, PacketPath, PathCounters, type CompiledRule, type Evaluator, type LoadedBundle, type TransferredBundle } from '../engine/index.js';
 import { ERRORS, MoatError, type ErrorName } from '../errors/index.js';
@@ -197,8 +196,9 @@ export class Daemon {
     } else {
       const loaded = await this.load(); // throws: a daemon does not start without a valid bundle
       bundle = loaded;
-      // `moat daemon` on the libpcap engine: the main thread is the packet loop (not raised for in-memory sources: tests, benchmarks).
-      if (this.options.ring !== undefined) await this.raiseMainThread(c.capture.priority.packet);
+      // The libpcap engine's packet loop is the main thread, which is not raised: it is also where the update's
+      // work is coordinated, and raised it measured worse (bench channel, MOAT_BENCH_CHANNEL_PRIORITY=on vs
+      // background: its longest pause in a list change 672 vs 50 ms, the daemon's part of the change 6.5 vs 1.2 s).
       const sources = c.interfaces.map((name) => this.openSource(name, { ringBytes: c.capture.ringBytes, filter: c.capture.filter }));
       this.ports = sources.map((source, i) => {
         const counters = new PathCounters();
@@ -446,16 +446,6 @@ export class Daemon {
       log: this.log,
       nice: c.capture.priority.packet,
     });
-  }
-
-  // The libpcap engine's packet loop is the main thread: raised as the ring engine's workers are. A thread
-  // inherits its creator's nice, so libuv's pool (it starts all its threads on its first job) is made to
-  // start first, at the inherited value; worker threads started later set their own.
-  private async raiseMainThread(nice: number): Promise<void> {
-    await stat(process.cwd());
-    // Not renamed: the main thread's name is the process's (ps, pgrep).
-    const p = setThreadPriority('', nice);
-    if (p.refused !== undefined) this.log.warn({ asked: nice, nice: p.nice }, `the packet loop (main thread): nice ${nice} ${p.refused}; it runs at ${p.nice}`);
   }
 
   private keepRules(gen: number, rules: readonly CompiledRule[]): void {
