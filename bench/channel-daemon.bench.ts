@@ -29,9 +29,14 @@
 // worker's loop (a prepare's steps, the prepare message's deserialisation, a
 // GC of its heap, the thread descheduled). C's change time is the write to
 // the flip of the workers' generation (each judges with it from its next
-// batch, within ~1 ms); it has no probe frame.
+// batch, within ~1 ms); it has no probe frame. A fourth, D, is C with thread
+// priorities off (capture.priority 0/0: packet workers, loader and intake all
+// at nice 0, the daemon before them); with sides CD they take turns as A and B
+// do, and the report compares their workers' gaps.
 // Knobs: MOAT_BENCH_CHANNEL_RULE_ROUNDS (10), MOAT_BENCH_CHANNEL_LIST_ROUNDS
-// (3), MOAT_BENCH_CHANNEL_SIDES (ABC: which daemons run), MOAT_BENCH_CHANNEL_WORKERS
+// (3), MOAT_BENCH_CHANNEL_SIDES (ABC: which daemons run; D too when named),
+// MOAT_BENCH_CHANNEL_PRIORITY (off: A and B without thread priorities; main:
+// their main thread raised to -10 as well, a variant measured and not taken), MOAT_BENCH_CHANNEL_WORKERS
 // (C's packet workers, 2), MOAT_BENCH_REPLAY_INTERVAL_MS (C's pacing, 1).
 
 import { spawn, type ChildProcess } from 'node:child_process';
@@ -43,7 +48,7 @@ import { setFlagsFromString } from 'node:v8';
 import { runInNewContext } from 'node:vm';
 import { pino } from 'pino';
 import { validateDaemonConfig } from '../src/config/index.js';
-import { buildPcap } from '../src/capture/index.js';
+import { buildPcap, setThreadPriority } from '../src/capture/index.js';
 import { ChannelBundleSource, Daemon, WorkerLoading, type PacketWorkers, type Port } from '../src/daemon/index.js';
 import { Daemons, Database } from '../src/store/index.js';
 import { MemorySource } from '../test/support/memory-source.js';
@@ -57,6 +62,8 @@ const LIST_ROUNDS = Number(process.env.MOAT_BENCH_CHANNEL_LIST_ROUNDS ?? 3);
 const SIDES = process.env.MOAT_BENCH_CHANNEL_SIDES ?? 'ABC';
 const RING_WORKERS = Number(process.env.MOAT_BENCH_CHANNEL_WORKERS ?? 2);
 const LIST_SIZE = 100_000;
+/** MOAT_BENCH_CHANNEL_PRIORITY=off: A and B with capture.priority 0/0 (their loader and intake at nice 0, the main thread not raised). */
+const PRIORITY_OFF = process.env.MOAT_BENCH_CHANNEL_PRIORITY === 'off';
 const BIN = new URL('../src/cli/main.js', import.meta.url).pathname;
 /** Frames the pump delivers per turn, before the probe. */
 const PUMP_BATCH = 16;
@@ -172,7 +179,7 @@ async function connected(name: string, kind: 'worker' | 'in-thread', dataDir: st
   const { base, headers, account, rulesetId, listId, channel, token } = await served(name, dataDir, serve);
   const s0 = { headers };
   const config = validateDaemonConfig(
-    { mode: 'inline', interfaces: ['in0', 'out0'], controlPlane: { url: channel, token, stateDir: join(dataDir, 'daemon-state') }, metrics: { enabled: false } },
+    { mode: 'inline', interfaces: ['in0', 'out0'], ...(PRIORITY_OFF ? { capture: { priority: { packet: 0, background: 0 } } } : {}), controlPlane: { url: channel, token, stateDir: join(dataDir, 'daemon-state') }, metrics: { enabled: false } },
     join(dataDir, 'daemon.jsonc'),
   );
   const sources = new Map<string, MemorySource>();
@@ -201,7 +208,7 @@ async function connected(name: string, kind: 'worker' | 'in-thread', dataDir: st
 
 /** C: the daemon as `moat daemon` runs it by default (ring engine, packet workers), its ports paced replays. */
 interface RingSide {
-  readonly name: 'C';
+  readonly name: 'C' | 'D';
   readonly serve: ChildProcess;
   readonly daemon: Daemon;
   readonly workers: PacketWorkers;
@@ -238,16 +245,16 @@ function replayFiles(dir: string): void {
   writeFileSync(join(dir, 'out0.pcap'), buildPcap(replies.map((data) => ({ data }))));
 }
 
-async function ringSide(): Promise<RingSide> {
+async function ringSide(name: 'C' | 'D'): Promise<RingSide> {
   const dataDir = mkdtempSync(join(tmpdir(), 'moat-bench-chd-'));
   const serve = spawn(process.execPath, [BIN, 'serve', '--data-dir', dataDir, '--listen', '127.0.0.1:0', '--log-level', 'warn'], { stdio: ['ignore', 'pipe', 'inherit'] });
   try {
-    const sv = await served('C', dataDir, serve);
+    const sv = await served(name, dataDir, serve);
     replayFiles(dataDir);
     // The workers inherit this process's environment when they start: where their ports read.
     process.env.MOAT_BENCH_REPLAY_DIR = dataDir;
     const config = validateDaemonConfig(
-      { mode: 'inline', interfaces: ['in0', 'out0'], capture: { workers: RING_WORKERS }, controlPlane: { url: sv.channel, token: sv.token, stateDir: join(dataDir, 'daemon-state') }, metrics: { enabled: false } },
+      { mode: 'inline', interfaces: ['in0', 'out0'], capture: { workers: RING_WORKERS, ...(name === 'D' ? { priority: { packet: 0, background: 0 } } : {}) }, controlPlane: { url: sv.channel, token: sv.token, stateDir: join(dataDir, 'daemon-state') }, metrics: { enabled: false } },
       join(dataDir, 'daemon.jsonc'),
     );
     const source = new ChannelBundleSource(config, { moat: 'bench', intake: 'worker' });
@@ -256,16 +263,16 @@ async function ringSide(): Promise<RingSide> {
     }, source, { ring: { host: { ringProblem: undefined, cores: RING_WORKERS, rxQueues: () => undefined }, opener: { module: new URL('./paced-replay-port.js', import.meta.url).href, name: 'openPacedReplayPort' } } });
     await daemon.start();
     const workers = daemon.packetWorkers;
-    if (workers === undefined || daemon.plan?.engine !== 'ring') throw new Error(`C runs ${daemon.plan?.engine ?? 'no'} engine, not ring`);
-    const side: RingSide = { name: 'C', serve, daemon, workers, base: sv.base, headers: sv.headers, account: sv.account, rulesetId: sv.rulesetId, listId: sv.listId, dataDir, rules: [], lists: [], pauseRules: [], pauseLists: [], perWorker: [], idle: [], steps: [], costs: [], mainPause: [], gaps: [], windows: [] };
+    if (workers === undefined || daemon.plan?.engine !== 'ring') throw new Error(`${name} runs ${daemon.plan?.engine ?? 'no'} engine, not ring`);
+    const side: RingSide = { name, serve, daemon, workers, base: sv.base, headers: sv.headers, account: sv.account, rulesetId: sv.rulesetId, listId: sv.listId, dataDir, rules: [], lists: [], pauseRules: [], pauseLists: [], perWorker: [], idle: [], steps: [], costs: [], mainPause: [], gaps: [], windows: [] };
     for (let w = 0; w < RING_WORKERS; w++) {
       (workers.thread(w) as Worker).on('message', (m: { type: string; ok?: boolean; cost?: RingSide['costs'][number] }) => {
         if (m.type === 'prepared' && m.ok === true) side.costs.push(m.cost!);
         if (m.type === 'bench-gap') side.gaps.push(m as unknown as BenchGap);
       });
     }
-    await until("C's first bundle", () => daemon.bundles.status!().bundle === 'live', 60_000);
-    await until("C's workers judging", () => workers.counters().workers.every((w) => w.frames > 1000), 30_000);
+    await until(`${name}'s first bundle`, () => daemon.bundles.status!().bundle === 'live', 60_000);
+    await until(`${name}'s workers judging`, () => workers.counters().workers.every((w) => w.frames > 1000), 30_000);
     return side;
   } catch (err) {
     serve.kill('SIGTERM');
@@ -292,7 +299,7 @@ async function ringRound(c: RingSide, n: number, list: boolean): Promise<void> {
   else await api(c, 'POST', `/accounts/${c.account}/rulesets/${c.rulesetId}/rules`, { action: 'block', expression: `tcp.dstport == ${PROBE_PORT + n}`, description: `round ${n}` });
   for (;;) {
     if (c.workers.generation !== genBefore) break;
-    if (now() - t0 > 30_000) throw new Error(`C round ${n}: the workers never flipped`);
+    if (now() - t0 > 30_000) throw new Error(`${c.name} round ${n}: the workers never flipped`);
     await new Promise((r) => setTimeout(r, 1));
   }
   const flippedAt = now();
@@ -313,7 +320,7 @@ async function ringRound(c: RingSide, n: number, list: boolean): Promise<void> {
   await new Promise((r) => setTimeout(r, Math.min(1000, flippedAt - t0 + TAIL_MS)));
   c.idle.push(Math.max(...longestGap(c)));
   c.windows.push({ from: idleFrom, to: now(), change: false });
-  await until(`C round ${n}: recorded`, () => c.daemon.bundles.status!().digest !== digestBefore, 10_000);
+  await until(`${c.name} round ${n}: recorded`, () => c.daemon.bundles.status!().digest !== digestBefore, 10_000);
 }
 
 async function operationDone(s: Pick<Side, 'base' | 'headers'>, account: string, id: string): Promise<void> {
@@ -388,13 +395,21 @@ function percentile(sorted: readonly number[], p: number): number {
 export async function runChannelDaemonBench(): Promise<void> {
   console.log(`\n## Control channel: API write -> first packet judged by the new version on a real daemon (moat serve child, Daemon in process; 21 rules + a ${LIST_SIZE.toLocaleString('en-US')}-prefix list), ${RULE_ROUNDS} rules-only and ${LIST_ROUNDS} list changes per side, interleaved`);
   const sides: Side[] = [];
-  let ring: RingSide | undefined;
+  const rings: RingSide[] = [];
   const load = () => loadavg().map((x) => x.toFixed(2)).join(', ');
   console.log(`load average at the start: ${load()} (sides ${SIDES}; MOAT_BENCH_CHANNEL_SIDES)`);
   try {
     // A and B are compared with each other: they run together or not at all.
     if (/[AB]/.test(SIDES)) sides.push(await side('A', 'worker'), await side('B', 'in-thread'));
-    if (SIDES.includes('C')) ring = await ringSide();
+    // A and B are the libpcap engine's shape (the packet loop on the main thread), whose main thread `moat daemon`
+    // leaves at 0; MOAT_BENCH_CHANNEL_PRIORITY=main raises it too (measured worse: see README, capture.priority).
+    if (/[AB]/.test(SIDES) && !/[CD]/.test(SIDES)) {
+      const p = process.env.MOAT_BENCH_CHANNEL_PRIORITY === 'main' ? setThreadPriority('', -10) : undefined;
+      const main = p === undefined ? 'main thread at 0' : `main thread at nice ${p.nice}${p.refused === undefined ? '' : ` (${p.refused})`}`;
+      console.log(`thread priorities ${PRIORITY_OFF ? 'off (MOAT_BENCH_CHANNEL_PRIORITY=off): main, loader and intake at nice 0' : `on (MOAT_BENCH_CHANNEL_PRIORITY=off|main): ${main}, loader and intake at 10`}`);
+    }
+    if (SIDES.includes('C')) rings.push(await ringSide('C'));
+    if (SIDES.includes('D')) rings.push(await ringSide('D'));
     const total = RULE_ROUNDS + LIST_ROUNDS;
     let lists = 0;
     for (let n = 1; n <= total; n++) {
@@ -402,8 +417,7 @@ export async function runChannelDaemonBench(): Promise<void> {
       const list = n % Math.max(1, Math.floor(total / LIST_ROUNDS)) === 0 && lists < LIST_ROUNDS;
       if (list) lists++;
       const turns: Array<() => Promise<void>> = sides.map((s) => () => round(s, n, list));
-      const c = ring;
-      if (c !== undefined) turns.push(() => ringRound(c, n, list));
+      for (const c of rings) turns.push(() => ringRound(c, n, list));
       // Each side goes first in turn: the machine's noise is spread over all.
       for (let k = 0; k < turns.length; k++) await turns[(k + n) % turns.length]!();
     }
@@ -411,7 +425,8 @@ export async function runChannelDaemonBench(): Promise<void> {
     const sorted = (xs: readonly number[]) => [...xs].sort((a, b) => a - b);
     const mx = (xs: number[]) => Math.max(...xs);
     if (sides.length === 2) reportAB(sides as [Side, Side], f, sorted, mx);
-    if (ring !== undefined) reportC(ring, sides as [Side, Side] | [], f, sorted, mx);
+    for (const c of rings) reportC(c, sides as [Side, Side] | [], f, sorted, mx);
+    if (rings.length === 2) reportPriorities(rings as [RingSide, RingSide], f, sorted);
     console.log(`load average at the end: ${load()}`);
   } finally {
     for (const s of sides) {
@@ -419,7 +434,7 @@ export async function runChannelDaemonBench(): Promise<void> {
       s.serve.kill('SIGTERM');
       rmSync(s.dataDir, { recursive: true, force: true });
     }
-    if (ring !== undefined) {
+    for (const ring of rings) {
       await ring.daemon.stop();
       ring.serve.kill('SIGTERM');
       rmSync(ring.dataDir, { recursive: true, force: true });
@@ -462,7 +477,7 @@ function reportAB([a, b]: [Side, Side], f: Fmt, sorted: Sort, mx: Max): void {
 function reportC(c: RingSide, ab: [Side, Side] | [], f: Fmt, sorted: Sort, mx: Max): void {
   const p50 = (xs: number[]) => f(percentile(sorted(xs), 50));
   const beside = (pick: (s: Side) => number[]) => (ab.length === 2 ? `  |  A's main-thread loop max ${f(mx(pick(ab[0])))}, B's ${f(mx(pick(ab[1])))}` : '');
-  console.log(`\nC: the default daemon (ring engine, ${RING_WORKERS} packet workers, replay ports with a batch of up to 64 frames every ~${process.env.MOAT_BENCH_REPLAY_INTERVAL_MS ?? 1} ms per port); its figure is each worker's longest gap between two batches in the round`);
+  console.log(`\n${c.name === 'C' ? 'C: the default daemon' : 'D: the default daemon with thread priorities off (capture.priority 0/0)'} (ring engine, ${RING_WORKERS} packet workers, replay ports with a batch of up to 64 frames every ~${process.env.MOAT_BENCH_REPLAY_INTERVAL_MS ?? 1} ms per port); its figure is each worker's longest gap between two batches in the round`);
   console.log(`${'write -> workers flipped, rules-only'.padEnd(40)} p50 ${p50(c.rules)}  p99 ${f(percentile(sorted(c.rules), 99))}`);
   console.log(`${'write -> workers flipped, list change'.padEnd(40)} p50 ${p50(c.lists)}  p99 ${f(percentile(sorted(c.lists), 99))}`);
   console.log(`${'longest packet-worker pause, rules-only'.padEnd(40)} max ${f(mx(c.pauseRules))}  p50 ${p50(c.pauseRules)}${beside((s) => s.pauseRules)}`);
@@ -485,4 +500,21 @@ function reportC(c: RingSide, ab: [Side, Side] | [], f: Fmt, sorted: Sort, mx: M
   }
   const pc = mx([...c.pauseRules, ...c.pauseLists]);
   console.log(`aim: no packet-worker pause over ${AIMS.pause} ms: ${pc <= AIMS.pause ? 'met' : 'NOT met'} (longest ${pc.toFixed(2)} ms; with no change ${mx(c.idle).toFixed(2)} ms)`);
+}
+
+// C against D: the same daemon with thread priorities (packet workers -10, loader and intake 10) and without.
+function reportPriorities([c, d]: [RingSide, RingSide], f: Fmt, sorted: Sort): void {
+  const nice = (r: RingSide) => r.workers.priorities().map((p) => (p === undefined ? '?' : `${p.nice}${p.refused === undefined ? '' : ' (refused)'}`)).join('/');
+  console.log(`\nthread priorities: C's packet workers at nice ${nice(c)}, D's at ${nice(d)} (rounds interleaved, each side first in turn)`);
+  const row = (label: string, xc: number[], xd: number[]) => {
+    const sc = sorted(xc);
+    const sd = sorted(xd);
+    console.log(`${label.padEnd(40)} max ${f(sc[sc.length - 1]!)}  p99 ${f(percentile(sc, 99))}  p50 ${f(percentile(sc, 50))}  |  reference D (priorities off) max ${f(sd[sd.length - 1]!)}  p99 ${f(percentile(sd, 99))}  p50 ${f(percentile(sd, 50))}`);
+  };
+  row(`worker gap, rules-only (${c.pauseRules.length} rounds)`, c.pauseRules, d.pauseRules);
+  row(`worker gap, list change (${c.pauseLists.length} rounds)`, c.pauseLists, d.pauseLists);
+  row(`worker gap, no change (${c.idle.length} windows)`, c.idle, d.idle);
+  const over = (r: RingSide) => r.gaps.filter((g) => g.gapMs > AIMS.pause && r.windows.some((w) => w.change && g.at >= w.from && g.at <= w.to + 5));
+  const wait = (r: RingSide) => over(r).reduce((a, g) => a + g.runqueueMs, 0).toFixed(1);
+  console.log(`${'gaps over 5 ms during changes'.padEnd(40)} C ${over(c).length} (${wait(c)} ms waiting for a CPU)  |  D ${over(d).length} (${wait(d)} ms waiting for a CPU)`);
 }

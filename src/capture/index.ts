@@ -52,3 +52,4 @@ export {
   type LiveCaptureStats,
   type LivePacketHandler,
 } from './pcap-live.js';
+export { setThreadPriority, threadNices, type ThreadPriority } from './thread-priority.js';

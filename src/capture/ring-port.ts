@@ -83,7 +83,7 @@ interface NativePort {
   readonly ifindex: number;
 }
 
-interface RingNative {
+export interface RingNative {
   probe(): string | null;
   ifState(name: string): number;
   open(
@@ -113,6 +113,11 @@ interface RingNative {
   stats(port: NativePort, out: Float64Array): void;
   close(port: NativePort): void;
   livePorts(): number;
+  /** Thread priorities (thread-priority.ts): the calling thread's nice set (0 or the errno), read, its kernel id, its name. */
+  setThreadNice(nice: number): number;
+  threadNice(): number;
+  threadId(): number;
+  setThreadName(name: string): void;
 }
 
 /** Where the built addon may be: beside this file (src, under vitest) or, from dist/src/capture, in the source tree. */
@@ -145,6 +150,12 @@ function tryLoad(): RingNative | undefined {
     loadProblem = `cannot load the ring engine's addon ${path}: ${errorText(err)}`;
   }
   return native;
+}
+
+/** The addon, or why it cannot be loaded (thread-priority.ts uses it too). */
+export function ringAddon(): { native: RingNative } | { problem: string } {
+  const n = tryLoad();
+  return n === undefined ? { problem: loadProblem ?? 'the ring engine is not available' } : { native: n };
 }
 
 function loadNative(): RingNative {

@@ -174,8 +174,18 @@ const schema = z.strictObject({
       batchMax: z.number().int().min(1).max(1024).default(64),
       /** BPF filter applied in the kernel (libpcap engine only); empty: every frame. */
       filter: z.string().default(''),
+      /**
+       * Thread priorities (Linux nice, -20..19; lower runs first): `packet`, the
+       * ring engine's packet workers (the libpcap engine's packet loop, the main
+       * thread, is left at 0), default -10 (needs root or CAP_SYS_NICE: without
+       * it they keep 0, said in the log and moat_thread_nice); `background`, the
+       * bundle loader and intake threads, default 10. Both 0: nothing changed.
+       */
+      priority: z
+        .strictObject({ packet: z.number().int().min(-20).max(19).default(-10), background: z.number().int().min(-20).max(19).default(10) })
+        .default({ packet: -10, background: 10 }),
     })
-    .default({ ringBytes: 128 << 20, slotBytes: 2048, batchMax: 64, filter: '' }),
+    .default({ ringBytes: 128 << 20, slotBytes: 2048, batchMax: 64, filter: '', priority: { packet: -10, background: 10 } }),
   metrics: z
     .strictObject({
       /** Address of the Prometheus and health endpoints; loopback by default. */
@@ -300,6 +310,9 @@ export function validateDaemonConfig(raw: unknown, file = '<config>'): DaemonCon
   const cap = c.capture;
   if (cap.filter !== '' && cap.engine === 'ring') {
     throw new MoatError('CONFIG_INVALID', `${file}: capture.engine: the ring engine takes no BPF filter; give "engine": "libpcap" with capture.filter, or remove the filter`, { file, pointer: '/capture/engine' });
+  }
+  if (cap.priority.packet > cap.priority.background) {
+    throw new MoatError('CONFIG_INVALID', `${file}: capture.priority: packet (${cap.priority.packet}) is above background (${cap.priority.background}): the packet threads would lose the CPU to the daemon's own update work; give packet a nice value at most background's`, { file, pointer: '/capture/priority/packet' });
   }
   const libpcap = cap.engine === 'libpcap' || (cap.engine === undefined && cap.filter !== '');
   if (libpcap && cap.workers !== undefined) {

@@ -98,6 +98,12 @@ export function intakeWorkerScript(): URL {
   return import.meta.url.endsWith('.ts') ? new URL('../../dist/src/daemon/intake-worker.js', import.meta.url) : new URL('./intake-worker.js', import.meta.url);
 }
 
+/** What the intake thread is started with. */
+export interface IntakeWorkerData {
+  /** Its nice value (lowered: parsing a 2 MB message must not take the CPU from the packet loop); undefined: left as inherited. */
+  readonly nice: number | undefined;
+}
+
 /**
  * Takes the channel's messages: large ones in a worker thread ('worker'), or
  * all on the event loop ('in-thread': what the daemon did before, kept for
@@ -111,6 +117,8 @@ export class BundleIntake {
   taken = 0;
   moved = 0;
   readonly mode: 'worker' | 'in-thread';
+  /** The thread's nice value (capture.priority.background), set before the first message; undefined: left as inherited. */
+  nice: number | undefined;
 
   constructor(
     private readonly cache: BundleCache,
@@ -174,7 +182,7 @@ export class BundleIntake {
 
   private ensureWorker(): Worker {
     if (this.worker !== undefined) return this.worker;
-    const w = new Worker(this.script, { name: 'moat-bundle-intake' });
+    const w = new Worker(this.script, { name: 'moat-bundle-intake', workerData: { nice: this.nice } satisfies IntakeWorkerData });
     w.on('message', (reply: IntakeReply) => {
       const p = this.pending.get(reply.id);
       if (p === undefined) return;

@@ -101,6 +101,7 @@ export class ChannelBundleSource implements BundleSource {
     this.cache = new BundleCache(this.cp.stateDir);
     this.cache.open();
     this.intake = new BundleIntake(this.cache, options.intake, options.intakeScript);
+    this.intake.nice = config.capture.priority.background;
     this.urls = controlPlaneUrls(this.cp.url).map(channelUrl);
     this.token(); // a token file that cannot be read stops the start, not the first connection
     this.ca = this.cp.ca === undefined ? undefined : readSecret(this.cp.ca, 'controlPlane.ca', 'CA file');

@@ -4,12 +4,15 @@
 // it also tidies the state directory after a swap (bundle-intake.ts starts it
 // and speaks to it).
 
-import { parentPort } from 'node:worker_threads';
+import { parentPort, workerData } from 'node:worker_threads';
+import { setThreadPriority } from '../capture/index.js';
 import { BundleCache } from './bundle-cache.js';
-import { intakeMessage, type IntakeReply, type IntakeRequest } from './bundle-intake.js';
+import { intakeMessage, type IntakeReply, type IntakeRequest, type IntakeWorkerData } from './bundle-intake.js';
 
 const port = parentPort;
 if (port === null) throw new Error('intake-worker.js runs as a worker thread (see bundle-intake.ts)');
+// Lowered (always permitted): see bundle-intake.ts's IntakeWorkerData.
+setThreadPriority('moat-intake', (workerData as IntakeWorkerData | undefined)?.nice);
 port.on('message', (req: IntakeRequest) => {
   // The state directory exists (the source opened it); the cache here only writes files into it, or tidies it.
   const cache = new BundleCache(req.stateDir);

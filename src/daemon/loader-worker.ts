@@ -4,12 +4,15 @@
 // buffers transferred. worker-loading.ts starts it and speaks to it; a
 // message is one load, answered in order.
 
-import { parentPort } from 'node:worker_threads';
+import { parentPort, workerData } from 'node:worker_threads';
+import { setThreadPriority } from '../capture/index.js';
 import { BundleExporter, loadErrorData, type BundleFiles } from '../engine/index.js';
-import type { LoaderReply, LoaderRequest } from './worker-loading.js';
+import type { LoaderReply, LoaderRequest, LoaderWorkerData } from './worker-loading.js';
 
 const port = parentPort;
 if (port === null) throw new Error('loader-worker.js runs as a worker thread (see worker-loading.ts)');
+// Lowered (always permitted): a list change's load is hundreds of ms of CPU, to be taken after the packet loop's.
+setThreadPriority('moat-loader', (workerData as LoaderWorkerData | undefined)?.nice);
 // One exporter for the thread's life: its BundleLoader keeps an unchanged table across loads.
 const exporter = new BundleExporter();
 port.on('message', (req: LoaderRequest) => {

@@ -3,6 +3,7 @@
 // time (so metrics cost nothing on the hot path).
 
 import { Counter, Gauge, Registry } from 'prom-client';
+import { threadNices } from '../capture/index.js';
 import type { Daemon } from './daemon.js';
 
 /** Builds the registry for a daemon. */
@@ -46,6 +47,19 @@ export function daemonMetrics(d: Daemon): Registry {
     collect() {
       this.reset();
       for (const p of d.ports) this.set({ interface: p.name, side: p.side, judged: String(p.judged) }, 1);
+    },
+  });
+  new Gauge({
+    name: 'moat_thread_nice',
+    help: 'Nice value of the daemon\'s threads (capture.priority), read from /proc: main, the packet workers (moat-packet-N), the bundle loader and intake. A packet worker at 0 where capture.priority.packet asks less was not permitted to rise (no root or CAP_SYS_NICE).',
+    labelNames: ['thread'],
+    registers: [registry],
+    collect() {
+      this.reset();
+      for (const t of threadNices()) {
+        if (t.tid === process.pid) this.set({ thread: 'main' }, t.nice);
+        else if (t.name.startsWith('moat-')) this.set({ thread: t.name }, t.nice);
+      }
     },
   });
   counter('moat_undecodable_packets_total', 'Frames whose IP header could not be read.', ['interface'], (set) => {

@@ -22,6 +22,7 @@ import { existsSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
 import { Worker } from 'node:worker_threads';
 import type { Logger } from 'pino';
+import type { ThreadPriority } from '../capture/index.js';
 import { COUNTER_SLOTS, loadErrorOf, PathCounters, shareBundle, type TransferredBundle } from '../engine/index.js';
 import { ERRORS, MoatError } from '../errors/index.js';
 import {
@@ -63,6 +64,8 @@ export interface PacketWorkersOptions {
   /** Start holding: no bundle yet (see hold()). */
   readonly hold?: 'drop' | 'pass' | undefined;
   readonly log: Logger;
+  /** The workers' nice value (capture.priority.packet; see capture's thread-priority.ts); undefined: left as inherited. */
+  readonly nice?: number | undefined;
   readonly script?: URL | undefined;
   /** For tests: the workers (by index) that fail every prepare after their first. */
   readonly failPrepareIn?: readonly number[] | undefined;
@@ -109,6 +112,8 @@ interface Slot {
   ready: boolean;
   /** What the thread said when ready: whether its table is over shared memory, and its bytes. */
   table: { shared: boolean; bytes: number } | undefined;
+  /** What the thread said when ready: its nice value, and why not the one asked. */
+  priority: ThreadPriority | undefined;
 }
 
 interface PendingSwap {
@@ -145,7 +150,7 @@ export class PacketWorkers {
     Atomics.store(this.control, CTL_GEN, 1);
     if (options.hold !== undefined) this.hold(options.hold);
     for (let w = 0; w < options.workers; w++) {
-      this.slots.push({ thread: undefined, counters: new SharedArrayBuffer(workerSlots(n) * 8), restarts: 0, base: new Float64Array(n * PORT_SLOTS), ready: false, table: undefined });
+      this.slots.push({ thread: undefined, counters: new SharedArrayBuffer(workerSlots(n) * 8), restarts: 0, base: new Float64Array(n * PORT_SLOTS), ready: false, table: undefined, priority: undefined });
     }
   }
 
@@ -185,6 +190,11 @@ export class PacketWorkers {
   /** Per worker, as it said when it started: whether its address table is over SharedArrayBuffers, and the table's bytes. */
   tables(): ReadonlyArray<{ shared: boolean; bytes: number } | undefined> {
     return this.slots.map((s) => s.table);
+  }
+
+  /** Per worker, as it said when it started: its thread's name, kernel id and nice value (moat_thread_nice). */
+  priorities(): ReadonlyArray<ThreadPriority | undefined> {
+    return this.slots.map((s) => s.priority);
   }
 
   /** Worker i's thread (diagnostics and tests). */
@@ -329,6 +339,7 @@ export class PacketWorkers {
       paths: this.options.paths ?? {}, samples: this.options.samples, onError: this.options.onError, gen: this.current.gen, bundle: this.current.bundle, failPrepare: this.options.failPrepareIn?.includes(w),
       slowPrepareMs: this.options.slowPrepare?.worker === w ? this.options.slowPrepare.ms : undefined,
       stallPrepareMs: this.options.stallPrepare?.worker === w ? this.options.stallPrepare.ms : undefined,
+      nice: this.options.nice,
     };
     if (this.current.bundle.table !== null) this.table = { id: this.current.bundle.tableId, parts: this.current.bundle.table };
     const t = new Worker(this.script, { name: `moat-packet-${w}`, workerData: data });
@@ -350,6 +361,11 @@ export class PacketWorkers {
     } else if (m.type === 'ready') {
       slot.ready = true;
       slot.table = { shared: m.tableShared, bytes: m.tableBytes };
+      slot.priority = m.priority;
+      // Said once (by worker 0, and again by a restarted one): every worker asks the same and gets the same answer.
+      if (m.priority.refused !== undefined && (w === 0 || slot.restarts > 0)) {
+        this.options.log.warn({ worker: w, asked: m.priority.asked, nice: m.priority.nice }, `packet workers: nice ${m.priority.asked} ${m.priority.refused}; they run at ${m.priority.nice}, and the daemon's update work can delay their batches`);
+      }
       this.startWaiters.get(w)?.resolve();
       this.startWaiters.delete(w);
     } else if (m.type === 'failed') {

@@ -21,6 +21,12 @@ export interface LoaderRequest {
   readonly files: BundleFiles;
 }
 
+/** What the loader thread is started with. */
+export interface LoaderWorkerData {
+  /** Its nice value (lowered: it must not take the CPU from the packet loop); undefined: left as inherited. */
+  readonly nice: number | undefined;
+}
+
 /** The worker's answer to a load. */
 export type LoaderReply =
   | { readonly id: number; readonly ok: true; readonly bundle: TransferredBundle }
@@ -61,6 +67,8 @@ export class WorkerLoading implements BundleLoading {
   /** Replies being made bundles again, one at a time and in the worker's order (the importer keeps the last table). */
   private importing: Promise<void> = Promise.resolve();
   private stopped = false;
+  /** The thread's nice value (capture.priority.background), set before the first load; undefined: left as inherited. */
+  nice: number | undefined;
   /** Workers started, the first included (a restart after a death adds one). */
   started = 0;
   /** What the last load's result cost this thread (ms), by step (see BundleImporter.lastTimings): what loading costs the packet loop. */
@@ -127,7 +135,7 @@ export class WorkerLoading implements BundleLoading {
   private ensureWorker(): Worker {
     if (this.worker !== undefined) return this.worker;
     if (!loaderWorkerAvailable(this.script)) throw new Error(`${fileURLToPath(this.script)} is missing (running from the TypeScript sources: npm run build)`);
-    const w = new Worker(this.script, { name: 'moat-bundle-loader' });
+    const w = new Worker(this.script, { name: 'moat-bundle-loader', workerData: { nice: this.nice } satisfies LoaderWorkerData });
     this.started++;
     w.on('message', (reply: LoaderReply) => this.settle(reply));
     w.on('error', (err) => this.died(w, `it threw ${err.message}`));

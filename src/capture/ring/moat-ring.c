@@ -750,6 +750,8 @@ static void free_instance(napi_env env, void *data, void *hint) {
   free(data);
 }
 
+static napi_status define_thread_priority(napi_env env, napi_value exports);
+
 NAPI_MODULE_INIT() {
   instance_t *inst = calloc(1, sizeof *inst);
   if (inst == NULL || napi_set_instance_data(env, inst, free_instance, NULL) != napi_ok) return NULL;
@@ -764,5 +766,68 @@ NAPI_MODULE_INIT() {
       {"livePorts", NULL, js_live_ports, NULL, NULL, NULL, napi_enumerable, NULL},
   };
   if (napi_define_properties(env, exports, sizeof props / sizeof props[0], props) != napi_ok) return NULL;
+  if (define_thread_priority(env, exports) != napi_ok) return NULL;
   return exports;
+}
+
+// ---------------------------------------------------------------------------
+// Thread priorities (issue #17 item 11): the calling thread's nice value and
+// name, for src/capture/thread-priority.ts. On Linux nice is per thread (a
+// task): setpriority(PRIO_PROCESS, gettid()) changes this thread only, and a
+// thread it creates afterwards inherits the value. Lowering (a larger nice) is
+// always permitted; raising needs root or CAP_SYS_NICE (or RLIMIT_NICE).
+// Nothing here touches a port: it works in any thread, ports or not.
+
+#include <sys/prctl.h>
+#include <sys/resource.h>
+#include <sys/syscall.h>
+
+/** setThreadNice(nice): 0 when this thread now runs at `nice`, else the errno (EPERM/EACCES: not permitted). */
+static napi_value js_set_thread_nice(napi_env env, napi_callback_info info) {
+  size_t argc = 1;
+  napi_value argv[1], out;
+  int32_t nice;
+  CHECK(napi_get_cb_info(env, info, &argc, argv, NULL, NULL));
+  CHECK(napi_get_value_int32(env, argv[0], &nice));
+  pid_t tid = (pid_t)syscall(SYS_gettid);
+  int rc = setpriority(PRIO_PROCESS, (id_t)tid, nice) == 0 ? 0 : errno;
+  CHECK(napi_create_int32(env, rc, &out));
+  return out;
+}
+
+/** threadNice(): this thread's nice value. */
+static napi_value js_thread_nice(napi_env env, napi_callback_info info) {
+  napi_value out;
+  errno = 0;
+  int nice = getpriority(PRIO_PROCESS, (id_t)syscall(SYS_gettid)); // -1 is a valid nice: errno tells
+  CHECK(napi_create_int32(env, errno == 0 ? nice : 0, &out));
+  return out;
+}
+
+/** threadId(): this thread's kernel id (its /proc/<pid>/task/<tid>). */
+static napi_value js_thread_id(napi_env env, napi_callback_info info) {
+  napi_value out;
+  CHECK(napi_create_int32(env, (int32_t)syscall(SYS_gettid), &out));
+  return out;
+}
+
+/** setThreadName(name): this thread's name (comm, at most 15 bytes: longer is cut), as top -H and /proc show it. */
+static napi_value js_set_thread_name(napi_env env, napi_callback_info info) {
+  size_t argc = 1, len;
+  napi_value argv[1];
+  char name[16];
+  CHECK(napi_get_cb_info(env, info, &argc, argv, NULL, NULL));
+  CHECK(napi_get_value_string_utf8(env, argv[0], name, sizeof name, &len));
+  prctl(PR_SET_NAME, name, 0, 0, 0);
+  return NULL;
+}
+
+static napi_status define_thread_priority(napi_env env, napi_value exports) {
+  napi_property_descriptor props[] = {
+      {"setThreadNice", NULL, js_set_thread_nice, NULL, NULL, NULL, napi_enumerable, NULL},
+      {"threadNice", NULL, js_thread_nice, NULL, NULL, NULL, napi_enumerable, NULL},
+      {"threadId", NULL, js_thread_id, NULL, NULL, NULL, napi_enumerable, NULL},
+      {"setThreadName", NULL, js_set_thread_name, NULL, NULL, NULL, napi_enumerable, NULL},
+  };
+  return napi_define_properties(env, exports, sizeof props / sizeof props[0], props);
 }
