@@ -339,11 +339,6 @@ export async function runApiBench(): Promise<void> {
         ],
       })),
     );
-    const after = await Promise.all(sides.map((s) => backends.transactions(s.side)));
-    for (const [k, s] of sides.entries()) {
-      const [b, a] = [before[k], after[k]];
-      if (b !== undefined && a !== undefined) console.log(`${SIDE_LABEL[s.side.name]}: during the writes ${a.commits - b.commits} transactions committed, ${a.rollbacks - b.rollbacks} rolled back (serialization failures retried, among others)`);
-    }
     const floor = names.includes('sqlite') ? writeFloor(dir) : undefined;
     if (floor !== undefined) console.log(`${'durable-write floor, SQLite (1 fsynced tx per insert)'.padEnd(54)} ${floor.perSec.toFixed(0).padStart(7)} tx/s  p99 ${floor.p99.toFixed(1)} ms (in process, no HTTP)`);
     const pgFloor = backends.pg === undefined ? undefined : await pgWriteFloor(await backends.pg.createDatabase('bench_floor'));
@@ -351,6 +346,12 @@ export async function runApiBench(): Promise<void> {
     for (const [k, s] of sides.entries()) {
       const f = s.side.name === 'sqlite' ? floor : pgFloor;
       if (f !== undefined) console.log(`${SIDE_LABEL[s.side.name]}: add-rule throughput is ${(addRule[k]!.rps / f.perSec).toFixed(2)}x its durable-write floor`);
+    }
+    // Read after the floors: backends report their statistics within seconds (at most every 1 s while busy, 10 s when idle).
+    const after = await Promise.all(sides.map((s) => backends.transactions(s.side)));
+    for (const [k, s] of sides.entries()) {
+      const [b, a] = [before[k], after[k]];
+      if (b !== undefined && a !== undefined) console.log(`${SIDE_LABEL[s.side.name]}: during the writes ${a.commits - b.commits} transactions committed, ${a.rollbacks - b.rollbacks} rolled back (serialization failures retried, among others)`);
     }
     const sqliteDb = join(backends.dataDir('sqlite'), 'moat.db');
     if (names.includes('sqlite')) console.log(`SQLite database now ${(statSync(sqliteDb).size / 1e6).toFixed(1)} MB`);

@@ -19,7 +19,9 @@ import { Database, PgStore, SqliteStore, type Store } from '../src/store/index.j
 import { postgresProblem, startCluster, type PgCluster } from '../test/support/postgres.js';
 import { lines } from './harness.js';
 
-const BIN = new URL('../src/cli/main.js', import.meta.url).pathname;
+// The built binary: beside this file when it runs from dist/bench (npm run
+// bench), under dist/ when a test imports it from the sources.
+const BIN = new URL(import.meta.url.includes('/dist/bench/') ? '../src/cli/main.js' : '../dist/src/cli/main.js', import.meta.url).pathname;
 
 export const SIDE_NAMES = ['sqlite', 'pg1', 'pg2', 'pg3'] as const;
 export type SideName = (typeof SIDE_NAMES)[number];
