@@ -351,7 +351,7 @@ export async function runApiBench(): Promise<void> {
     const after = await Promise.all(sides.map((s) => backends.transactions(s.side)));
     for (const [k, s] of sides.entries()) {
       const [b, a] = [before[k], after[k]];
-      if (b !== undefined && a !== undefined) console.log(`${SIDE_LABEL[s.side.name]}: during the writes ${a.commits - b.commits} transactions committed, ${a.rollbacks - b.rollbacks} rolled back (serialization failures retried, among others)`);
+      if (b !== undefined && a !== undefined) console.log(`${SIDE_LABEL[s.side.name]}: during the writes ${a.commits - b.commits} transactions committed (reads, the bulk-operation runner's and the replicas' own included), ${a.serializationFailures - b.serializationFailures} serialization failures retried`);
     }
     const sqliteDb = join(backends.dataDir('sqlite'), 'moat.db');
     if (names.includes('sqlite')) console.log(`SQLite database now ${(statSync(sqliteDb).size / 1e6).toFixed(1)} MB`);

@@ -136,7 +136,12 @@ export class Backends {
     if (name === 'sqlite') {
       store = new SqliteStore(Database.open(dataDir), sqliteNotifyRepos);
     } else {
-      this.cluster ??= await startCluster({ durable: true });
+      if (this.cluster === undefined) {
+        this.cluster = await startCluster({ durable: true });
+        // The database's name on every log line, so that a side's serialization failures can be counted (transactions()).
+        await this.cluster.admin("ALTER SYSTEM SET log_line_prefix = '%m [%p] %d '");
+        await this.cluster.admin('SELECT pg_reload_conf()');
+      }
       url = await this.cluster.createDatabase(`bench_${name}`);
       store = await PgStore.open(url, pgNotifyRepos);
     }
@@ -148,7 +153,7 @@ export class Backends {
     const replicas: Replica[] = [];
     for (let i = 0; i < replicaCount(name); i++) {
       const replicaDir = join(dataDir, `replica-${i}`);
-      mkdirSync(replicaDir, { recursive: true });
+      mkdirSync(replicaDir, { recursive: true, mode: 0o700 });
       const r = await startReplica(name === 'sqlite' ? dataDir : replicaDir, url);
       this.children.push(r.child);
       replicas.push(r);
@@ -181,14 +186,17 @@ export class Backends {
   }
 
   /**
-   * Committed and rolled-back transactions of a PostgreSQL side's database so
-   * far (pg_stat_database; rollbacks include serialization failures that the
-   * store retried), undefined on SQLite.
+   * Transactions of a PostgreSQL side's database so far: committed (reads
+   * included) from pg_stat_database, which backends update within seconds;
+   * serialization failures (each one a transaction the store ran again) from
+   * the server's log. Undefined on SQLite.
    */
-  async transactions(side: Side): Promise<{ commits: number; rollbacks: number } | undefined> {
+  async transactions(side: Side): Promise<{ commits: number; serializationFailures: number } | undefined> {
     if (side.database === undefined || this.cluster === undefined) return undefined;
-    const [row] = await this.cluster.admin<{ c: string; r: string }>('SELECT xact_commit::text AS c, xact_rollback::text AS r FROM pg_stat_database WHERE datname = $1', [side.database]);
-    return row === undefined ? undefined : { commits: Number(row.c), rollbacks: Number(row.r) };
+    const [row] = await this.cluster.admin<{ c: string }>('SELECT xact_commit::text AS c FROM pg_stat_database WHERE datname = $1', [side.database]);
+    const failure = `] ${side.database} ERROR:  could not serialize access`;
+    const serializationFailures = this.cluster.log().split('\n').filter((l) => l.includes(failure)).length;
+    return row === undefined ? undefined : { commits: Number(row.c), serializationFailures };
   }
 
   /** The data directory of side `name` (SQLite's database file is in it). */

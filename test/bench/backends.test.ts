@@ -82,6 +82,7 @@ describe.runIf(run)('a PostgreSQL side of two replicas', () => {
         commits = (await backends.transactions(side))!.commits;
       }
       expect(commits).toBeGreaterThan(tx0.commits);
+      expect(tx0.serializationFailures).toBe(0);
       const pids = side.replicas.map((r) => r.child.pid!);
       const dir = backends.dataDir('pg2');
       await backends.close();
