@@ -20,6 +20,7 @@
 //     round trip (PostgreSQL): what each add must at least pay.
 // Beside req/s each line gives the side's server CPU per request.
 // Knobs: MOAT_BENCH_API_SECONDS (default 10), MOAT_BENCH_API_CONNECTIONS (default 16),
+// MOAT_BENCH_API_WARMUP (unmeasured 1-s turns before each load's, default 2),
 // MOAT_BENCH_API_BACKENDS (sqlite,pg1,pg2,pg3 by default).
 
 import { spawn, type ChildProcess } from 'node:child_process';
@@ -34,6 +35,7 @@ import { Backends, cpuMicros, selectedSides, type Side, type SideName } from './
 
 const SECONDS = Number(process.env.MOAT_BENCH_API_SECONDS ?? 10);
 const CONNECTIONS = Number(process.env.MOAT_BENCH_API_CONNECTIONS ?? 16);
+const WARMUP = Number(process.env.MOAT_BENCH_API_WARMUP ?? 2);
 
 function rules50(): object[] {
   const out: object[] = [{ action: 'skip', action_parameters: { ruleset: 'current' }, expression: 'tcp.dstport in {22 443 8000..8080}', description: 'allow admin and web' }];
@@ -124,6 +126,11 @@ async function load(spec: LoadSpec, duration: number): Promise<Load> {
  * conditions. Latency percentiles are the median p50 and the worst p99 of the turns.
  */
 async function interleaved(loads: readonly LoadSpec[]): Promise<Load[]> {
+  // Unmeasured turns first: a side of N replicas gives each process 1/N of the
+  // requests, so measured from cold its JIT warm-up weighed N times more (a
+  // replica's 304 rate grew 1,500 -> 7,000 req/s over its first four 1-s turns
+  // on the loaded machine).
+  for (let t = 0; t < WARMUP; t++) for (const l of loads) await load(l, 1);
   const turns = loads.map(() => [] as Load[]);
   for (let t = 0; t < Math.max(1, SECONDS); t++) {
     for (const [i, l] of loads.entries()) turns[i]!.push(await load(l, 1));
@@ -270,7 +277,7 @@ function spec(s: ApiSide, make: (base: string) => autocannon.Options): LoadSpec 
 /** Runs the API benchmark. */
 export async function runApiBench(): Promise<void> {
   const names = selectedSides('MOAT_BENCH_API_BACKENDS');
-  console.log(`\n## Control plane API (moat serve, ${CONNECTIONS} connections shared by a side's servers, ${SECONDS} s per load in 1-s turns; sides: ${names.map((n) => SIDE_LABEL[n]).join('; ')})`);
+  console.log(`\n## Control plane API (moat serve, ${CONNECTIONS} connections shared by a side's servers, ${SECONDS} s per load in 1-s turns after ${WARMUP} unmeasured; sides: ${names.map((n) => SIDE_LABEL[n]).join('; ')})`);
   const dir = mkdtempSync(join(tmpdir(), 'moat-api-bench-'));
   const backends = new Backends();
   const children: ChildProcess[] = [];

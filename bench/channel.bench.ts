@@ -21,6 +21,7 @@
 // packet loop's pauses meanwhile, is in channel-daemon.bench.ts.
 // Knobs: MOAT_BENCH_CHANNEL_DAEMONS (default 1000), MOAT_BENCH_CHANNEL_ROUNDS (default 20),
 // MOAT_BENCH_CHANNEL_PART (1 or 2: only that part; default both),
+// MOAT_BENCH_CHANNEL_WARMUP (unmeasured rounds per side first, default 2),
 // MOAT_BENCH_CHANNEL_BACKENDS (sqlite,pg1,pg2,pg3 by default).
 
 import { spawn, type ChildProcess } from 'node:child_process';
@@ -32,6 +33,7 @@ import { lines } from './harness.js';
 
 const DAEMONS = Number(process.env.MOAT_BENCH_CHANNEL_DAEMONS ?? 1000);
 const ROUNDS = Number(process.env.MOAT_BENCH_CHANNEL_ROUNDS ?? 20);
+const WARMUP = Number(process.env.MOAT_BENCH_CHANNEL_WARMUP ?? 2);
 const ROOT = new URL('../..', import.meta.url).pathname;
 
 /**
@@ -257,13 +259,16 @@ export async function runChannelBench(): Promise<void> {
 
 async function runFanOut(): Promise<void> {
   const names = selectedSides('MOAT_BENCH_CHANNEL_BACKENDS');
-  console.log(`\n## Control channel: commit to ack by ${DAEMONS} daemons (light clients in another process, spread round-robin over a side's replicas), ${ROUNDS} rounds; sides: ${names.map((n) => SIDE_LABEL[n]).join('; ')}`);
+  console.log(`\n## Control channel: commit to ack by ${DAEMONS} daemons (light clients in another process, spread round-robin over a side's replicas), ${ROUNDS} rounds after ${WARMUP} unmeasured; sides: ${names.map((n) => SIDE_LABEL[n]).join('; ')}`);
   const backends = new Backends();
   const sides: FanOutSide[] = [];
   try {
     for (const n of names) sides.push(await connect(backends, n));
     const settings = await backends.settings();
     if (settings !== '') console.log(`(PostgreSQL: one throwaway cluster on loopback, ${settings}; SQLite: WAL, synchronous=FULL)`);
+    // Unmeasured rounds first (a side's replicas share its work, so from cold each one's JIT warm-up would weigh more).
+    for (let w = 0; w < WARMUP; w++) for (const s of sides) await round(s, ROUNDS + w);
+    for (const s of sides) for (const a of [s.total, s.same, s.other, s.writes]) a.length = 0;
     // Rounds interleaved across the sides, so that each meets the same conditions on a shared machine.
     for (let r = 0; r < ROUNDS; r++) for (const s of sides) await round(s, r);
     for (const s of sides) s.subs.child.kill();
