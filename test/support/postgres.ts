@@ -1,4 +1,4 @@
-// Throwaway PostgreSQL clusters for the tests: initdb into a temporary
+// Throwaway PostgreSQL clusters for the tests and the benchmarks: initdb into a temporary
 // directory, pg_ctl start on a free loopback port (and a Unix socket in that
 // directory), databases created on demand, and everything stopped and deleted
 // after. One cluster per test file (usePostgres() registers the hooks): start-up
@@ -40,7 +40,11 @@ import { createServer } from 'node:net';
 import { tmpdir } from 'node:os';
 import { delimiter, join } from 'node:path';
 import pg from 'pg';
-import { afterAll, beforeAll } from 'vitest';
+
+// vitest only under vitest (it sets VITEST): the benchmarks (plain node, from
+// dist/) start their clusters with startCluster() too, and importing vitest
+// outside its runner throws.
+const vitest = process.env.VITEST === undefined ? undefined : await import('vitest');
 
 /** Prefix of every cluster directory the harness creates (in the temporary directory). */
 export const CLUSTER_PREFIX = 'moat-pg-';
@@ -444,6 +448,8 @@ export function databaseOf(url: string): string {
 export function usePostgres(run: boolean, options: ClusterOptions = {}): () => PgCluster {
   let cluster: PgCluster | undefined;
   if (run) {
+    if (vitest === undefined) throw new Error('usePostgres() registers vitest hooks: call it from a test file (benchmarks call startCluster())');
+    const { afterAll, beforeAll } = vitest;
     beforeAll(async () => {
       cluster = await startCluster(options);
     });
