@@ -124,18 +124,18 @@ export class DeliveryWorker {
   private async run(): Promise<void> {
     while (this.running) {
       let sent = 0;
+      let due: number | undefined;
       try {
         sent = await this.runOnce();
+        // Inside the try: a store that fails here (PostgreSQL unreachable, a
+        // closed database) must not end the loop with an unhandled rejection,
+        // which would stop the process; the next pass retries after pollMs.
+        if (this.running && sent === 0) due = await this.outbox.nextDue();
       } catch (err) {
         this.o.logger?.error({ err }, 'notification delivery pass failed; retrying');
       }
       if (!this.running) break;
       if (sent > 0) continue;
-      // Outside the pass's try: a database that cannot be reached here must not end the loop (nor the process, unhandled).
-      const due = await this.outbox.nextDue().catch((err: unknown) => {
-        this.o.logger?.error({ err }, 'notification delivery: cannot read when the next notification is due; polling');
-        return undefined;
-      });
       const wait = Math.max(0, Math.min(this.pollMs, due === undefined ? this.pollMs : due - this.clock.now()));
       await new Promise<void>((resolve) => {
         this.wakeUp = resolve;

@@ -1,6 +1,7 @@
 // A real control plane for tests. In process: a fresh data directory with a
 // real SQLite file, a first user, and fastify listening on a loopback port
-// (startApi). As a process: the built `moat serve` on a kernel-chosen port,
+// (startApi; or, given `database`, a PgStore over that PostgreSQL database:
+// apiBackends() in support/backends.ts runs a file's scenarios on both). As a process: the built `moat serve` on a kernel-chosen port,
 // with what it printed (serveProcess). Clients are Cloudflare's official SDK
 // (pointed at it with baseURL/apiEmail/apiKey) or plain fetch.
 import { spawn, type ChildProcess } from 'node:child_process';
@@ -10,7 +11,8 @@ import { join } from 'node:path';
 import Cloudflare from 'cloudflare';
 import type { FastifyInstance } from 'fastify';
 import { buildServer, createServices, type ApiLimits, type AuthLimitOptions, type HubOptions, type NotifyOptions, type RulesetView, type Services, type ServicesOptions } from '../../src/api/index.js';
-import { Database, newId, type StoredRule, type Users } from '../../src/store/index.js';
+import { pgNotifyRepos } from '../../src/notify/index.js';
+import { Database, PgStore, newId, type Store, type StoredRule, type Users } from '../../src/store/index.js';
 
 /** The SDK's phase type lists Cloudflare's names only; Moat's phase is network_transit. */
 export type Phase = NonNullable<Parameters<Cloudflare['rulesets']['create']>[0]['phase']>;
@@ -53,9 +55,17 @@ export interface TestUser {
 export interface TestApi {
   readonly app: FastifyInstance;
   readonly services: Services;
+  /** SQLite only: the database (throws on PostgreSQL; use services.store). */
   readonly store: Database;
+  /** SQLite only: the synchronous users repository (throws on PostgreSQL; use addUser or services.store.users). */
   readonly users: Users;
   readonly dataDir: string;
+  /** Which store the server runs on. */
+  readonly backend: Store['backend'];
+  /** The PostgreSQL URL it runs on (undefined on SQLite). */
+  readonly database: string | undefined;
+  /** The arguments that point an operator command (`moat tokens ...`) at this server's store. */
+  readonly storeArgs: readonly string[];
   /** Base URL including /client/v4. */
   readonly base: string;
   readonly email: string;
@@ -68,6 +78,8 @@ export interface TestApi {
   call(method: string, path: string, body?: unknown, headers?: Record<string, string | undefined>): Promise<ApiResponse>;
   /** Creates another user with an account and a zone of its own (emails default to user<n>@example.com). */
   newUser(email?: string): TestUser;
+  /** newUser on any backend. */
+  addUser(email?: string): Promise<TestUser>;
   /** Stops the server and closes the database (the data directory is kept until `dispose`). */
   stop(): Promise<void>;
   /** Stops and removes the data directory. */
@@ -96,19 +108,22 @@ export interface StartApiOptions {
   loadBalancing?: ServicesOptions['loadBalancing'];
   /** The health monitor's settings. */
   health?: ServicesOptions['health'];
+  /** A postgres:// URL: the server runs on a PgStore over that database instead of SQLite (e-mails spool in the data directory). */
+  database?: string;
 }
 
 /** Starts a server on 127.0.0.1:0 over `dataDir` (a new temporary one by default). */
 export async function startApi(options: StartApiOptions = {}): Promise<TestApi> {
   const dataDir = options.dataDir ?? mkdtempSync(join(tmpdir(), 'moat-api-'));
-  const store = Database.open(dataDir);
-  const services = createServices({ store, limits: options.limits, authLimit: options.authLimit, channel: options.channel, notify: options.notify, loadBalancing: options.loadBalancing, health: options.health });
-  const { users } = services;
+  const store = options.database === undefined ? Database.open(dataDir) : await PgStore.open(options.database, pgNotifyRepos);
+  const spoolDir = options.database === undefined ? options.notify?.spoolDir : (options.notify?.spoolDir ?? join(dataDir, 'mail-spool'));
+  const notify = options.notify === undefined && spoolDir === undefined ? undefined : { ...options.notify, spoolDir };
+  const services = createServices({ store, limits: options.limits, authLimit: options.authLimit, channel: options.channel, notify, loadBalancing: options.loadBalancing, health: options.health });
   const email = options.email ?? 'owner@example.com';
   const accountId = options.accountId ?? newId();
   const zoneId = options.zoneId ?? newId();
   let key = options.key ?? 'k' + newId();
-  if (users.get(email) === undefined) key = users.create({ email, accounts: [accountId], zones: [zoneId], key }).key;
+  if ((await services.store.users.get(email)) === undefined) key = (await services.store.users.create({ email, accounts: [accountId], zones: [zoneId], key })).key;
   const app = await buildServer({ services, bodyLimit: options.bodyLimit });
   await app.listen({ host: '127.0.0.1', port: 0 });
   const addr = app.server.address();
@@ -116,12 +131,30 @@ export async function startApi(options: StartApiOptions = {}): Promise<TestApi> 
   const base = `http://127.0.0.1:${addr.port}/client/v4`;
   let stopped = false;
   let userCount = 0;
+  const sqliteOnly = <T>(what: string, get: (db: Database) => T): T => {
+    if (!(store instanceof Database)) throw new Error(`api.${what} exists only on SQLite; this server runs on ${services.store.backend}`);
+    return get(store);
+  };
+  const testUser = (userEmail: string, userKey: string, user: { accountId: string; zoneId: string }): TestUser => ({
+    ...user,
+    email: userEmail,
+    key: userKey,
+    client: api.client(userEmail, userKey),
+    call: (method, path, body, headers = {}) => api.call(method, path, body, { 'X-Auth-Email': userEmail, 'X-Auth-Key': userKey, ...headers }),
+  });
   const api: TestApi = {
     app,
     services,
-    store,
-    users,
+    get store() {
+      return sqliteOnly('store', (db) => db);
+    },
+    get users() {
+      return sqliteOnly('users', () => services.users);
+    },
     dataDir,
+    backend: services.store.backend,
+    database: options.database,
+    storeArgs: options.database === undefined ? ['--data-dir', dataDir] : ['--data-dir', dataDir, '--database', options.database],
     base,
     email,
     key,
@@ -148,20 +181,19 @@ export async function startApi(options: StartApiOptions = {}): Promise<TestApi> 
     },
     newUser(userEmail = `user${++userCount}@example.com`) {
       const user = { accountId: newId(), zoneId: newId() };
-      const { key: userKey } = users.create({ email: userEmail, accounts: [user.accountId], zones: [user.zoneId] });
-      return {
-        ...user,
-        email: userEmail,
-        key: userKey,
-        client: api.client(userEmail, userKey),
-        call: (method, path, body, headers = {}) => api.call(method, path, body, { 'X-Auth-Email': userEmail, 'X-Auth-Key': userKey, ...headers }),
-      };
+      const { key: userKey } = api.users.create({ email: userEmail, accounts: [user.accountId], zones: [user.zoneId] });
+      return testUser(userEmail, userKey, user);
+    },
+    async addUser(userEmail = `user${++userCount}@example.com`) {
+      const user = { accountId: newId(), zoneId: newId() };
+      const { key: userKey } = await services.store.users.create({ email: userEmail, accounts: [user.accountId], zones: [user.zoneId] });
+      return testUser(userEmail, userKey, user);
     },
     async stop() {
       if (stopped) return;
       stopped = true;
       await app.close();
-      store.close();
+      await services.store.close();
     },
     async dispose() {
       await api.stop();
