@@ -129,7 +129,8 @@ class Source {
 
   rows(t: SourceTable): unknown[][] {
     const sql = `SELECT ${t.columns.map(quote).join(', ')} FROM ${quote(t.name)}`;
-    return this.db.prepare(sql).raw(true).all() as unknown[][];
+    // Objects, not raw mode: src/ never switches a statement's mode (test/store/database.test.ts), even on this private connection.
+    return (this.db.prepare(sql).all() as Record<string, unknown>[]).map((r) => t.columns.map((c) => r[c]));
   }
 
   close(): void {
