@@ -5,7 +5,7 @@
 // clock the test moves: a receiver down for an hour, a 503 with Retry-After
 // and a receiver that never recovers play out in milliseconds.
 import { spawn } from 'node:child_process';
-import { existsSync, readdirSync, readFileSync, statSync } from 'node:fs';
+import { existsSync, readdirSync, readFileSync, readlinkSync, statSync } from 'node:fs';
 import { hostname } from 'node:os';
 import { join } from 'node:path';
 import { simpleParser, type ParsedMail } from 'mailparser';
@@ -296,7 +296,9 @@ describe('a worker killed with SIGKILL during a delivery', () => {
     }
     expect(await exited).toBe('SIGKILL');
     const lease = f.store.db.prepare('SELECT lease_owner, lease_until_ms FROM alert_outbox').get() as { lease_owner: string; lease_until_ms: number };
-    expect(lease.lease_owner).toBe(`${hostname()}:${child.pid}:${lease.lease_owner.split(':').at(-1)}`);
+    // The owner's pid space: host name, boot id and pid namespace (a pid says nothing outside them).
+    const space = `${hostname()}/${readFileSync('/proc/sys/kernel/random/boot_id', 'utf8').slice(0, 8)}/${/\d+/.exec(readlinkSync('/proc/self/ns/pid'))![0]}`;
+    expect(lease.lease_owner).toBe(`${space}:${child.pid}:${lease.lease_owner.split(':').at(-1)}`);
     // An hour of lease left: a worker of another host waits for it; one of this host sees the owner is dead and sends now.
     f.clock.t = Date.now();
     f.store.db.prepare("UPDATE alert_outbox SET lease_owner = 'elsewhere:' || substr(lease_owner, instr(lease_owner, ':') + 1)").run();
