@@ -132,7 +132,8 @@ export class DeliveryWorker {
       }
       if (!this.running) break;
       if (sent > 0) continue;
-      const due = await this.outbox.nextDue();
+      // The database may be down (a PostgreSQL restart): poll again rather than end the loop (its rejection killed the process).
+      const due = await this.outbox.nextDue().catch(() => undefined);
       const wait = Math.max(0, Math.min(this.pollMs, due === undefined ? this.pollMs : due - this.clock.now()));
       await new Promise<void>((resolve) => {
         this.wakeUp = resolve;
