@@ -7,6 +7,7 @@
 import { spawn } from 'node:child_process';
 import { existsSync, readdirSync, readFileSync, readlinkSync, statSync } from 'node:fs';
 import { hostname } from 'node:os';
+import { createServer as createNetServer } from 'node:net';
 import { join } from 'node:path';
 import { simpleParser, type ParsedMail } from 'mailparser';
 import { SMTPServer } from 'smtp-server';
@@ -360,6 +361,28 @@ describe('email delivery', () => {
       ]);
     } finally {
       await sink.close();
+    }
+  });
+
+  it('gives up an SMTP exchange that stalls after stallMs (the worker gives a quarter of its lease), instead of nodemailer\'s minutes', async () => {
+    // A server that accepts the connection and never greets.
+    const sockets: import('node:net').Socket[] = [];
+    const silent = createNetServer((sock) => sockets.push(sock));
+    await new Promise<void>((resolve) => silent.listen(0, '127.0.0.1', resolve));
+    const port = (silent.address() as { port: number }).port;
+    const mailer = createMailer({ smtpUrl: `smtp://127.0.0.1:${port}`, spoolDir: join(f.dir, 'unused'), from: 'Moat <moat@example.com>', stallMs: 300 });
+    try {
+      const t0 = Date.now();
+      const outcome = await mailer.send({ id: newId(), to: 'ops@example.com', subject: 's', text: 't' });
+      const took = Date.now() - t0;
+      expect(outcome.ok).toBe(false);
+      expect(outcome.code).toBe(9401);
+      expect(took).toBeGreaterThanOrEqual(250);
+      expect(took).toBeLessThan(5000);
+    } finally {
+      mailer.close();
+      for (const s of sockets) s.destroy();
+      await new Promise<void>((resolve) => silent.close(() => resolve()));
     }
   });
 

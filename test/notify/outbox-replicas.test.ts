@@ -11,6 +11,8 @@ import { createServer, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { simpleParser } from 'mailparser';
+import { SMTPServer } from 'smtp-server';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { ensureBuilt } from '../support/cli.js';
 import { printedCredentials, sdkClient, serveProcess, type ServeProcess } from '../support/api.js';
@@ -58,14 +60,41 @@ async function slowReceiver(delayMs: number): Promise<{ url: string; deliveries:
   };
 }
 
+/** A real SMTP server (smtp-server) that accepts each message `delayMs` after its data: sends stay in flight that long. */
+async function slowSmtp(delayMs: number): Promise<{ port: number; deliveries: Delivery[]; close: () => Promise<void> }> {
+  const deliveries: Delivery[] = [];
+  const server = new SMTPServer({
+    authOptional: true,
+    disabledCommands: ['STARTTLS'],
+    logger: false,
+    onData(stream, _session, cb) {
+      const start = Date.now();
+      simpleParser(stream)
+        .then((m) => {
+          const id = /^<([0-9a-f]{32})@notifications\.moat>$/.exec(m.messageId ?? '')?.[1] ?? String(m.messageId);
+          const d: Delivery = { id, seq: Number(/^n(\d+)$/.exec(m.subject ?? '')?.[1] ?? -1), start, end: Number.POSITIVE_INFINITY };
+          deliveries.push(d);
+          setTimeout(() => {
+            d.end = Date.now();
+            cb();
+          }, delayMs);
+        })
+        .catch(cb);
+    },
+  });
+  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+  const port = (server.server.address() as AddressInfo).port;
+  return { port, deliveries, close: () => new Promise<void>((resolve) => server.close(() => resolve())) };
+}
+
 function tempDir(): string {
   const d = mkdtempSync(join(tmpdir(), 'moat-outbox-replicas-'));
   dirs.push(d);
   return d;
 }
 
-async function serve(url: string, leaseSeconds: number, wrapper: readonly string[] = []): Promise<ServeProcess> {
-  const s = await serveProcess(tempDir(), ['--database', url, '--allow-private-webhooks', '--notification-lease', String(leaseSeconds)], undefined, wrapper);
+async function serve(url: string, leaseSeconds: number, wrapper: readonly string[] = [], extra: readonly string[] = []): Promise<ServeProcess> {
+  const s = await serveProcess(tempDir(), ['--database', url, '--allow-private-webhooks', '--notification-lease', String(leaseSeconds), ...extra], undefined, wrapper);
   children.push(s);
   return s;
 }
@@ -76,7 +105,7 @@ async function kill(s: ServeProcess): Promise<void> {
 }
 
 /** Queues `n` webhook notifications to destination `target` as the notifier does (one outbox row each, due now); returns their ids by seq. */
-async function queue(url: string, accountId: string, target: string, n: number): Promise<string[]> {
+async function queue(url: string, accountId: string, target: string, n: number, mechanism: 'webhook' | 'email' = 'webhook'): Promise<string[]> {
   const ids = Array.from({ length: n }, () => randomBytes(16).toString('hex'));
   const now = Date.now();
   const created = new Date(now).toISOString();
@@ -84,9 +113,9 @@ async function queue(url: string, accountId: string, target: string, n: number):
   const params: unknown[] = [];
   ids.forEach((id, seq) => {
     const payload = { name: 'replicas', description: '', alert_type: 'load_balancing_health_alert', text: `n${seq}`, subject: `n${seq}`, body: { seq, text: `n${seq}` } };
-    params.push(id, accountId, `event-${seq}`, target, JSON.stringify(payload), created, now);
-    const b = params.length - 7;
-    values.push(`($${b + 1}, $${b + 2}, NULL, $${b + 3}, 'webhook', $${b + 4}, $${b + 5}, $${b + 6}, 'pending', $${b + 7})`);
+    params.push(id, accountId, `event-${seq}`, mechanism, target, JSON.stringify(payload), created, now);
+    const b = params.length - 8;
+    values.push(`($${b + 1}, $${b + 2}, NULL, $${b + 3}, $${b + 4}, $${b + 5}, $${b + 6}, $${b + 7}, 'pending', $${b + 8})`);
   });
   await cluster().admin(`INSERT INTO alert_outbox (id, account_id, policy_id, event_id, mechanism_type, target, payload, created, status, next_attempt_ms) VALUES ${values.join(', ')}`, params, databaseOf(url));
   return ids;
@@ -225,6 +254,32 @@ describe.runIf(run)('the notification outbox across replicas killed mid-delivery
       expect(overlapping(receiver.deliveries)).toEqual([]);
     } finally {
       await receiver.close();
+    }
+  }, 90_000);
+
+  it('sends every email at least once, with its Message-ID, when a replica is killed with SIGKILL mid-SMTP, never two replicas at once', async () => {
+    const url = await cluster().createDatabase('smtp');
+    const sink = await slowSmtp(600);
+    try {
+      const smtp = ['--smtp-url', `smtp://127.0.0.1:${sink.port}`];
+      const a = await serve(url, 3, [], smtp);
+      const creds = printedCredentials(a);
+      await serve(url, 3, [], smtp);
+      const ids = await queue(url, creds.accountId, 'ops@example.com', 40, 'email');
+      const seqOf = new Map(ids.map((id, seq) => [id, seq]));
+      await until('replica A to hold emails', async () => ((await leased(url)).some((r) => ownedBy(a)(r.lease_owner)) ? true : undefined), 15_000, 10);
+      await kill(a);
+      await until('every email sent', async () => {
+        const [r] = await cluster().admin<{ n: string }>("SELECT count(*) AS n FROM alert_outbox WHERE status = 'delivered'", [], databaseOf(url));
+        return Number(r!.n) === ids.length ? true : undefined;
+      }, 30_000, 100);
+      expect(new Set(sink.deliveries.map((d) => d.id))).toEqual(new Set(ids));
+      for (const d of sink.deliveries) expect(d.seq).toBe(seqOf.get(d.id));
+      expect(overlapping(sink.deliveries)).toEqual([]);
+      const [h] = await cluster().admin<{ n: string }>("SELECT count(*) AS n FROM alert_history WHERE error LIKE '%attempt interrupted%'", [], databaseOf(url));
+      expect(Number(h!.n)).toBeGreaterThan(0);
+    } finally {
+      await sink.close();
     }
   }, 90_000);
 });
