@@ -1,7 +1,9 @@
 // The runner of asynchronous list bulk operations. The API queues an operation
 // in the bulk_operations table and answers at once; this runner applies queued
 // operations in the background, oldest first and one at a time, each in its
-// own transaction, and picks up whatever a previous process left queued.
+// own transaction, and picks up whatever a previous process left queued. It
+// also looks every pollMs: replicas share one queue (PostgreSQL), and an
+// operation queued or left half-applied by a replica that died wakes no other.
 
 import type { ListsRepo } from '../store/index.js';
 import type { Runner, RunnerLogger } from './runner.js';
@@ -18,6 +20,8 @@ export interface ListOperationsOptions {
   /** Items a list may hold; an operation that would pass it fails. */
   maxListItems: number;
   logger?: RunnerLogger | undefined;
+  /** How often a started runner looks at the queue unasked (default 2 s). */
+  pollMs?: number | undefined;
 }
 
 /**
@@ -30,6 +34,9 @@ export function createListOperations(options: ListOperationsOptions): ListOperat
   let started = false;
   let stopped = false;
   let current: Promise<void> | undefined;
+  let poll: NodeJS.Timeout | undefined;
+  // The head of the queue is being applied by another process: wait for the poll, not loop on it.
+  let heldElsewhere = false;
 
   // Yields to the event loop between steps so requests (the status endpoint
   // included) are answered while a queue drains; applying one operation is a
@@ -46,6 +53,11 @@ export function createListOperations(options: ListOperationsOptions): ListOperat
         await tick();
         if (stopped) return;
         const status = await lists.applyOperation(next.id, maxListItems);
+        if (status === 'running') {
+          // Another replica holds it (and the queue is FIFO): look again at the next poll.
+          heldElsewhere = true;
+          return;
+        }
         logger?.info({ operation: next.id, list: next.listId, status }, 'list bulk operation finished');
       } catch (err) {
         // Only a busy database gets here (another process holds the write
@@ -58,6 +70,7 @@ export function createListOperations(options: ListOperationsOptions): ListOperat
 
   function wake(): void {
     if (!started || stopped || current !== undefined) return;
+    heldElsewhere = false;
     current = drain()
       .catch((err: unknown) => {
         logger?.error({ err }, 'list bulk operations runner failed');
@@ -65,7 +78,7 @@ export function createListOperations(options: ListOperationsOptions): ListOperat
       .finally(() => {
         current = undefined;
         // Work queued while the last step ran is picked up here (a failed look is retried by the next wake).
-        if (stopped) return;
+        if (stopped || heldElsewhere) return;
         lists.nextOperation().then(
           (more) => {
             if (more !== undefined) wake();
@@ -80,10 +93,13 @@ export function createListOperations(options: ListOperationsOptions): ListOperat
     wake,
     start() {
       started = true;
+      poll = setInterval(wake, options.pollMs ?? 2000);
+      poll.unref();
       wake();
     },
     async stop() {
       stopped = true;
+      clearInterval(poll);
       await current;
     },
   };

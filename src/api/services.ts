@@ -129,7 +129,7 @@ export function createServices(options: ServicesOptions): Services {
   const healthMonitor = new HealthMonitor({ ...(options.health ?? {}), store: store.loadBalancing, logger });
   const spoolDir = n.spoolDir ?? (sqlite === undefined ? undefined : join(dirname(sqlite.database.file), 'mail-spool'));
   if (spoolDir === undefined && n.smtpUrl === undefined) throw new Error(`notify.spoolDir or notify.smtpUrl is needed with a ${store.backend} store (emails go somewhere)`);
-  const mailer = createMailer({ smtpUrl: n.smtpUrl, from: n.mailFrom ?? DEFAULT_MAIL_FROM, spoolDir: spoolDir ?? '' });
+  const mailer = createMailer({ smtpUrl: n.smtpUrl, from: n.mailFrom ?? DEFAULT_MAIL_FROM, spoolDir: spoolDir ?? '', stallMs: Math.floor((n.leaseMs ?? 60_000) / 4) });
   const delivery = new DeliveryWorker({
     store,
     mailer,

@@ -6,13 +6,14 @@
 // milliseconds; `start` loops over it, sleeping until the next row is due or
 // until new rows are queued.
 
+import { readFileSync, readlinkSync } from 'node:fs';
 import { hostname } from 'node:os';
 import { newId, nowStamp, type OutboxRepo, type Store } from '../store/index.js';
 import { DEPRECATION_ALERT, type DeprecationNotices } from './deprecation.js';
 import type { NotificationPayload } from './notifier.js';
 import type { AttemptOutcome, OutboxRow } from './outbox.js';
 import { retryDelay, SYSTEM_CLOCK, type Clock } from './schedule.js';
-import { postWebhook, type Mailer } from './senders.js';
+import { postWebhook, WEBHOOK_TIMEOUT_MS, type Mailer } from './senders.js';
 
 /** Where the worker reports (pino fits). */
 export interface DeliveryLogger {
@@ -58,8 +59,8 @@ export function legacyNote(pool: string): string {
 export class DeliveryWorker {
   readonly name = 'notification delivery';
   readonly outbox: OutboxRepo;
-  /** This worker's claim owner id (host, pid and a random part). */
-  readonly owner = `${hostname()}:${process.pid}:${newId().slice(0, 8)}`;
+  /** This worker's claim owner id (pid space, pid and a random part). */
+  readonly owner = `${PID_SPACE}:${process.pid}:${newId().slice(0, 8)}`;
   private readonly clock: Clock;
   private readonly random: () => number;
   private readonly leaseMs: number;
@@ -149,7 +150,7 @@ export class DeliveryWorker {
     if (!this.orphansReleased) {
       // Once per worker: rows held by a dead process of this host (the server before a SIGKILL) are due now, not after their lease.
       this.orphansReleased = true;
-      const freed = await this.outbox.releaseDeadOwners(hostname(), pidAlive, this.clock.now());
+      const freed = await this.outbox.releaseDeadOwners(PID_SPACE, pidAlive, this.clock.now());
       if (freed > 0) this.o.logger?.info({ freed }, 'notification delivery: took back the notifications of a worker that is gone');
     }
     const { deprecation } = this.o;
@@ -161,7 +162,10 @@ export class DeliveryWorker {
       this.nextPrune = this.clock.now() + 3_600_000;
       await this.outbox.prune(this.clock.now());
     }
-    const rows = await this.outbox.claim(this.owner, this.clock.now(), this.leaseMs, 100);
+    // As many rows as there are lanes, each sent at once: a row claimed to
+    // wait behind others could outlive its lease (100 rows through 8 lanes of
+    // 15 s timeouts is 3 minutes) and be sent by another replica meanwhile.
+    const rows = await this.outbox.claim(this.owner, this.clock.now(), this.leaseMs, this.concurrency);
     let next = 0;
     const lane = async (): Promise<void> => {
       while (next < rows.length) {
@@ -188,7 +192,9 @@ export class DeliveryWorker {
     const target = await this.o.store.alerting.webhookTarget(row.account_id, row.target);
     if (target === undefined) return { ok: false, code: 9400, error: `webhook destination ${row.target} was deleted`, final: true };
     // webhook-timestamp is wall-clock time, not the schedule's clock: receivers check it against theirs.
-    return postWebhook({ url: target.url, secret: target.secret, id: row.id, body: JSON.stringify(payload.body), timestampSeconds: Math.floor(Date.now() / 1000) }, this.o.allowPrivateWebhooks === true);
+    // The attempt ends within half the lease, so no other worker takes the row over while it is still being sent.
+    const timeoutMs = Math.min(WEBHOOK_TIMEOUT_MS, Math.floor(this.leaseMs / 2));
+    return postWebhook({ url: target.url, secret: target.secret, id: row.id, body: JSON.stringify(payload.body), timestampSeconds: Math.floor(Date.now() / 1000) }, this.o.allowPrivateWebhooks === true, timeoutMs);
   }
 
   /**
@@ -212,7 +218,31 @@ export class DeliveryWorker {
   }
 }
 
-/** Whether a process of this host runs with `pid` (EPERM: it does, as another user). */
+/**
+ * The space in which this process's pid means something: the host name, the
+ * kernel's boot id and the pid namespace. Replicas on one host name in other
+ * pid namespaces (containers sharing the host's network and name) or after a
+ * reboot cannot test each other's pids: their rows wait for their lease
+ * instead of being freed at start. The host name alone let a replica in a
+ * container free, as dead, the rows of a live replica in another.
+ */
+export const PID_SPACE = pidSpace();
+
+function pidSpace(): string {
+  const read = (f: () => string): string => {
+    try {
+      return f().trim();
+    } catch {
+      return '?';
+    }
+  };
+  const boot = read(() => readFileSync('/proc/sys/kernel/random/boot_id', 'utf8')).slice(0, 8);
+  // "pid:[4026531836]": the namespace's inode.
+  const ns = read(() => readlinkSync('/proc/self/ns/pid')).replace(/\D/g, '');
+  return `${hostname()}/${boot}/${ns}`;
+}
+
+/** Whether a process of this pid space runs with `pid` (EPERM: it does, as another user). */
 function pidAlive(pid: number): boolean {
   try {
     process.kill(pid, 0);

@@ -107,10 +107,14 @@ export interface Mailer {
 }
 
 /** Where emails go: an SMTP server (smtp:// or smtps:// URL) or, without one, a spool directory of .eml files. */
-export function createMailer(options: { smtpUrl?: string | undefined; spoolDir: string; from: string }): Mailer {
+export function createMailer(options: { smtpUrl?: string | undefined; spoolDir: string; from: string; stallMs?: number | undefined }): Mailer {
   const messageId = (id: string) => `<${id}@notifications.moat>`;
   if (options.smtpUrl !== undefined) {
-    const transport = nodemailer.createTransport(options.smtpUrl);
+    // stallMs bounds each wait of the exchange (connect, greeting, a silent socket; nodemailer's defaults are 2 min, 30 s
+    // and 10 min): the worker sets it to a quarter of its lease, so a stalled server does not keep a send going after
+    // another replica took the notification over.
+    const stall = options.stallMs;
+    const transport = nodemailer.createTransport(stall === undefined ? options.smtpUrl : { url: options.smtpUrl, connectionTimeout: stall, greetingTimeout: stall, socketTimeout: stall });
     return {
       async send(m) {
         try {

@@ -51,6 +51,12 @@ describe('moat serve: notification options', () => {
     expect(receiver.received).toHaveLength(1);
   });
 
+  it('refuses a --notification-lease outside 2 to 3600 seconds with 5010', async () => {
+    const r = await moat('serve', '--data-dir', join(tmpdir(), 'moat-never-created'), '--notification-lease', '1');
+    expect(r.code).toBe(2);
+    expect(r.stderr).toMatch(/^moat: error 5010: --notification-lease "1": expected a whole number from 2 to 3600/);
+  });
+
   it('refuses an --smtp-url that is not smtp:// or smtps:// with 5010', async () => {
     const r = await moat('serve', '--data-dir', join(tmpdir(), 'moat-never-created'), '--smtp-url', 'http://mail.example.com');
     expect(r.code).toBe(2);

@@ -5,8 +5,9 @@
 // clock the test moves: a receiver down for an hour, a 503 with Retry-After
 // and a receiver that never recovers play out in milliseconds.
 import { spawn } from 'node:child_process';
-import { existsSync, readdirSync, readFileSync, statSync } from 'node:fs';
+import { existsSync, readdirSync, readFileSync, readlinkSync, statSync } from 'node:fs';
 import { hostname } from 'node:os';
+import { createServer as createNetServer } from 'node:net';
 import { join } from 'node:path';
 import { simpleParser, type ParsedMail } from 'mailparser';
 import { SMTPServer } from 'smtp-server';
@@ -296,7 +297,9 @@ describe('a worker killed with SIGKILL during a delivery', () => {
     }
     expect(await exited).toBe('SIGKILL');
     const lease = f.store.db.prepare('SELECT lease_owner, lease_until_ms FROM alert_outbox').get() as { lease_owner: string; lease_until_ms: number };
-    expect(lease.lease_owner).toBe(`${hostname()}:${child.pid}:${lease.lease_owner.split(':').at(-1)}`);
+    // The owner's pid space: host name, boot id and pid namespace (a pid says nothing outside them).
+    const space = `${hostname()}/${readFileSync('/proc/sys/kernel/random/boot_id', 'utf8').slice(0, 8)}/${/\d+/.exec(readlinkSync('/proc/self/ns/pid'))![0]}`;
+    expect(lease.lease_owner).toBe(`${space}:${child.pid}:${lease.lease_owner.split(':').at(-1)}`);
     // An hour of lease left: a worker of another host waits for it; one of this host sees the owner is dead and sends now.
     f.clock.t = Date.now();
     f.store.db.prepare("UPDATE alert_outbox SET lease_owner = 'elsewhere:' || substr(lease_owner, instr(lease_owner, ':') + 1)").run();
@@ -358,6 +361,28 @@ describe('email delivery', () => {
       ]);
     } finally {
       await sink.close();
+    }
+  });
+
+  it('gives up an SMTP exchange that stalls after stallMs (the worker gives a quarter of its lease), instead of nodemailer\'s minutes', async () => {
+    // A server that accepts the connection and never greets.
+    const sockets: import('node:net').Socket[] = [];
+    const silent = createNetServer((sock) => sockets.push(sock));
+    await new Promise<void>((resolve) => silent.listen(0, '127.0.0.1', resolve));
+    const port = (silent.address() as { port: number }).port;
+    const mailer = createMailer({ smtpUrl: `smtp://127.0.0.1:${port}`, spoolDir: join(f.dir, 'unused'), from: 'Moat <moat@example.com>', stallMs: 300 });
+    try {
+      const t0 = Date.now();
+      const outcome = await mailer.send({ id: newId(), to: 'ops@example.com', subject: 's', text: 't' });
+      const took = Date.now() - t0;
+      expect(outcome.ok).toBe(false);
+      expect(outcome.code).toBe(9401);
+      expect(took).toBeGreaterThanOrEqual(250);
+      expect(took).toBeLessThan(5000);
+    } finally {
+      mailer.close();
+      for (const s of sockets) s.destroy();
+      await new Promise<void>((resolve) => silent.close(() => resolve()));
     }
   });
 

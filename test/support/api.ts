@@ -219,12 +219,14 @@ export interface ServeProcess {
  * Spawns the built `moat serve` over `dataDir` on a kernel-chosen port and
  * waits until it has printed its URL and the last line it prints at start (the
  * curl hint on a new database, the user count otherwise). Build dist/ first
- * (ensureBuilt); the caller kills the child.
+ * (ensureBuilt); the caller kills the child. `wrapper` runs it under another
+ * command (e.g. `unshare --pid --fork --kill-child`, another pid namespace).
  */
-export async function serveProcess(dataDir: string, extra: readonly string[] = [], env?: NodeJS.ProcessEnv): Promise<ServeProcess> {
+export async function serveProcess(dataDir: string, extra: readonly string[] = [], env?: NodeJS.ProcessEnv, wrapper: readonly string[] = []): Promise<ServeProcess> {
   // Loaded here: support/cli.ts loads the whole CLI, which in-process API tests do not need.
   const { BIN, ROOT } = await import('./cli.js');
-  const child = spawn(process.execPath, [BIN, 'serve', '--data-dir', dataDir, '--listen', '127.0.0.1:0', '--log-level', 'warn', ...extra], { cwd: ROOT, stdio: ['ignore', 'pipe', 'pipe'], env: env === undefined ? process.env : { ...process.env, ...env } });
+  const [command, ...before] = [...wrapper, process.execPath];
+  const child = spawn(command!, [...before, BIN, 'serve', '--data-dir', dataDir, '--listen', '127.0.0.1:0', '--log-level', 'warn', ...extra], { cwd: ROOT, stdio: ['ignore', 'pipe', 'pipe'], env: env === undefined ? process.env : { ...process.env, ...env } });
   const exited = new Promise<{ code: number | null; signal: NodeJS.Signals | null }>((resolve) => child.once('exit', (code, signal) => resolve({ code, signal })));
   const lines: string[] = [];
   let stderr = '';

@@ -42,6 +42,7 @@ interface ServeFlags {
   mailFrom?: string;
   allowPrivateWebhooks?: boolean;
   deprecationInterval: string;
+  notificationLease: string;
 }
 
 /** --smtp-url: smtp:// or smtps:// with a host (credentials and options as nodemailer reads them). */
@@ -116,6 +117,7 @@ export function registerServe(program: Command, out: Output): void {
     .option('--smtp-url <url>', 'send notification emails through this SMTP server (smtp://[user:pass@]host[:port], smtps:// for TLS); without it they are written as .eml files to <data-dir>/mail-spool')
     .option('--mail-from <address>', `From: of notification emails (default ${JSON.stringify(DEFAULT_MAIL_FROM)})`)
     .option('--allow-private-webhooks', 'let webhook destinations be loopback, link-local, private or metadata addresses (refused by default: a webhook URL must not reach the host or its network)')
+    .option('--notification-lease <seconds>', 'how long a replica\'s claim on a notification it sends holds; a replica killed mid-send has its notifications sent again by another after this (2 to 3600; a webhook attempt is given at most half of it)', '60')
     .option('--deprecation-interval <hours>', 'hours between two deprecation notices to an address still in a pool\'s notification_email (0: none)', '24')
     .option('--monitor-min-interval <seconds>', 'shortest interval a load balancer monitor may have, in seconds (1 to 3600)', String(DEFAULT_MIN_INTERVAL))
     .option('--auth-fail-window <seconds>', "the failure limit's window, from an address's first failure", String(DEFAULT_AUTH_LIMIT.windowSeconds))
@@ -134,6 +136,7 @@ export function registerServe(program: Command, out: Output): void {
         mailFrom: flags.mailFrom,
         allowPrivateWebhooks: flags.allowPrivateWebhooks === true,
         deprecationIntervalMs: wholeNumber('--deprecation-interval', flags.deprecationInterval, 0, 8760) * 3_600_000,
+        leaseMs: wholeNumber('--notification-lease', flags.notificationLease, 2, 3600) * 1000,
       };
       const minInterval = wholeNumber('--monitor-min-interval', flags.monitorMinInterval, 1, 3600);
       if (!['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'].includes(flags.logLevel)) throw new CliError(`--log-level ${flags.logLevel}: unknown level`);

@@ -190,15 +190,19 @@ export class PgListsRepo implements ListsRepo {
 
   /**
    * As on SQLite: completed, or failed with its reason and nothing of it
-   * applied. The operation's row is locked first (FOR UPDATE), so two
-   * replicas applying the same operation take turns and the second finds it
-   * finished; the items are written in a savepoint, rolled back alone when
-   * the operation fails, and the failure recorded in the same transaction.
+   * applied; or `running` when another replica is applying it now. The
+   * operation's row is locked first (FOR UPDATE SKIP LOCKED): a second replica
+   * neither waits (holding a connection and a transaction for the whole
+   * operation) nor applies it again; it looks later, and takes it over if the
+   * holder died (its transaction rolled back, the lock gone). The items are
+   * written in a savepoint, rolled back alone when the operation fails, and
+   * the failure recorded in the same transaction.
    */
   async applyOperation(operationId: string, maxItems: number): Promise<BulkOperationObject['status']> {
     const client = this.ctx.client;
-    const op = await this.row<OperationRow>('SELECT * FROM bulk_operations WHERE id = $1 FOR UPDATE', [operationId]);
-    if (op === undefined || (op.status !== 'pending' && op.status !== 'running')) return 'completed';
+    const op = await this.row<OperationRow>('SELECT * FROM bulk_operations WHERE id = $1 FOR UPDATE SKIP LOCKED', [operationId]);
+    if (op === undefined) return (await this.row('SELECT 1 FROM bulk_operations WHERE id = $1', [operationId])) === undefined ? 'completed' : 'running';
+    if (op.status !== 'pending' && op.status !== 'running') return 'completed';
     let failure: string;
     await client.query('SAVEPOINT moat_bulk_apply');
     try {
