@@ -213,7 +213,8 @@ export class DeliveryWorker {
       return r;
     });
     const info = { notification: row.id, mechanism: row.mechanism_type, target: row.target, attempt: row.attempts + 1, status: outcome.statusCode, error: outcome.error };
-    if (result === 'gave_up') this.o.logger?.error({ ...info, code: 9402 }, 'notification given up');
+    if (result === 'stale') this.o.logger?.warn(info, 'notification attempt not recorded: its lease ran out and another worker holds the row (it is sent again with the same id)');
+    else if (result === 'gave_up') this.o.logger?.error({ ...info, code: 9402 }, 'notification given up');
     else if (result === 'retry') this.o.logger?.warn({ ...info, code: outcome.code, retryInMs: delay }, 'notification delivery failed; will retry');
   }
 }

@@ -130,8 +130,11 @@ export class Outbox {
    * state (delivered; pending again at `retryAt`; or failed, given up, with a
    * second history row). Runs in the caller's write transaction.
    */
-  record(row: OutboxRow, now: number, outcome: AttemptOutcome, retryAt: number | undefined): 'delivered' | 'retry' | 'gave_up' {
+  record(row: OutboxRow, now: number, outcome: AttemptOutcome, retryAt: number | undefined): 'delivered' | 'retry' | 'gave_up' | 'stale' {
     const db = this.store.db;
+    // Fencing: a worker that overran its lease must not write over its successor's claim (or a finished row).
+    const held = db.prepare("SELECT count(*) AS n FROM alert_outbox WHERE id = ? AND status = 'pending' AND lease_owner IS ? AND attempts = ?").get(row.id, row.lease_owner, row.attempts) as { n: number };
+    if (held.n !== 1) return 'stale';
     const attempt = row.attempts + 1;
     const at = nowStamp(new Date(now));
     const payload = JSON.parse(row.payload) as NotificationPayload;

@@ -65,7 +65,10 @@ export class PgOutboxRepo implements OutboxRepo {
     return r?.due ?? undefined;
   }
 
-  async record(row: OutboxRow, now: number, outcome: AttemptOutcome, retryAt: number | undefined): Promise<'delivered' | 'retry' | 'gave_up'> {
+  async record(row: OutboxRow, now: number, outcome: AttemptOutcome, retryAt: number | undefined): Promise<'delivered' | 'retry' | 'gave_up' | 'stale'> {
+    // Fencing: a worker that overran its lease must not write over its successor's claim (or a finished row).
+    const [held] = await this.rows<{ n: number }>("SELECT count(*)::int AS n FROM alert_outbox WHERE id = $1 AND status = 'pending' AND lease_owner IS NOT DISTINCT FROM $2 AND attempts = $3", [row.id, row.lease_owner, row.attempts]);
+    if (held?.n !== 1) return 'stale';
     const attempt = row.attempts + 1;
     const at = nowStamp(new Date(now));
     const payload = JSON.parse(row.payload) as NotificationPayload;

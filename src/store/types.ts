@@ -298,7 +298,12 @@ export interface OutboxRepo {
   releaseDeadOwners(host: string, alive: (pid: number) => boolean, now?: number): Promise<number>;
   /** When the next row is due (ms), if any. */
   nextDue(): Promise<number | undefined>;
-  record(row: OutboxRow, now: number, outcome: AttemptOutcome, retryAt: number | undefined): Promise<'delivered' | 'retry' | 'gave_up'>;
+  /**
+   * Records the attempt of a claimed row. 'stale' (nothing written) when the
+   * row is no longer this claim's: its lease ran out and another worker took
+   * it, or it was recorded already. Only the lease's holder records.
+   */
+  record(row: OutboxRow, now: number, outcome: AttemptOutcome, retryAt: number | undefined): Promise<'delivered' | 'retry' | 'gave_up' | 'stale'>;
   /** Deletes history and finished rows older than the history window; returns how many. */
   prune(now: number): Promise<number>;
   history(accountId: string, q: { since?: string | undefined; before?: string | undefined; page: number; perPage: number }): Promise<{ items: HistoryObject[]; total: number }>;

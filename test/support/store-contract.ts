@@ -325,6 +325,23 @@ export function storeContract(name: string, open: () => Promise<ContractSubject>
       expect(history.items.every((h) => h.outcome === 'failed' && h.error!.startsWith('error 9400: attempt interrupted'))).toBe(true);
     });
 
+    it('lets only the holder of an outbox row\'s lease record its attempt: a worker that overran its lease records nothing over its successor', async () => {
+      const payload = JSON.stringify({ name: 'n', description: 'd', alert_type: 'load_balancing_health_alert', text: 't', subject: 's' });
+      const now = 1_800_000_000_000;
+      const id = await store.outbox.enqueue({ accountId: account, policyId: null, eventId: newId(), mechanismType: 'webhook', target: 't', payload, nowMs: now });
+      const [late] = await store.write((tx) => tx.outbox.claim('h:1:late', now + 1, 1000, 1));
+      const [next] = await store.write((tx) => tx.outbox.claim('h:2:next', now + 5000, 1000, 1));
+      expect([late!.id, next!.id]).toEqual([id, id]);
+      // The first worker wakes up after its lease and tries to record a delivery: refused, the row stays the successor's.
+      expect(await store.write((tx) => tx.outbox.record(late!, now + 5001, { ok: true, statusCode: 200 }, undefined))).toBe('stale');
+      expect(await store.write((tx) => tx.outbox.claim('h:3:other', now + 5002, 1000, 1))).toEqual([]);
+      expect(await store.write((tx) => tx.outbox.record(next!, now + 5003, { ok: true, statusCode: 200 }, undefined))).toBe('delivered');
+      // Recorded once: a second record of the same claim is stale too.
+      expect(await store.write((tx) => tx.outbox.record(next!, now + 5004, { ok: true, statusCode: 200 }, undefined))).toBe('stale');
+      const history = await store.outbox.history(account, { page: 1, perPage: 50 });
+      expect(history.items.map((h) => h.outcome).sort()).toEqual(['delivered', 'failed']);
+    });
+
     it('runs the writes it accepted before closing, then refuses new ones with 8001', async () => {
       const accepted = store.write((tx) => tx.users.create(user(account, 1)));
       await store.close();
