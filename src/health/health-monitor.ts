@@ -193,7 +193,7 @@ export class HealthMonitor {
   private async shareTick(): Promise<void> {
     const shares = this.shares!;
     const first = this.shareTicks++ === 0;
-    const t = await shares.tick(this.leaseTime());
+    const t = await shares.tick(this.leaseTime(), (shard) => this.busy(shard));
     for (const i of t.lost) this.ready.delete(i);
     if (t.error !== undefined) this.logger?.error({ err: t.error, lost: t.lost }, 'health monitor: cannot renew or take probe shards');
     if (!this.running) return;
@@ -248,6 +248,12 @@ export class HealthMonitor {
     for (const i of shards) this.ready.add(i);
     heapify(this.heap);
     this.pump();
+  }
+
+  /** Whether a probe of the shard is in flight or waiting for its commit. */
+  private busy(shard: number): boolean {
+    for (const e of this.entries.values()) if (e.running && shardOf(e.key, this.shares!.shards) === shard) return true;
+    return false;
   }
 
   /** Whether this replica probes `key` now, and under which lease (undefined: not shared). */

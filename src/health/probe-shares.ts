@@ -97,9 +97,11 @@ export class ProbeShares {
    * Renews presence and the shards held, then moves toward the fair share:
    * gives back shards above it, takes free ones below it. Run every third of
    * `ttlMs`. Never throws: a failure is in `error`, and shards past their
-   * deadline are in `lost` whatever happened.
+   * deadline are in `lost` whatever happened. A shard `busy` says has a
+   * probe in flight is not given back this tick: its result would be
+   * dropped by the fence and its successor would probe it again at once.
    */
-  async tick(ttlMs: number): Promise<ShareTick> {
+  async tick(ttlMs: number, busy: (shard: number) => boolean = () => false): Promise<ShareTick> {
     const lost: number[] = [];
     const acquired: number[] = [];
     const dropLapsed = () => {
@@ -128,7 +130,10 @@ export class ProbeShares {
       const fair = Math.ceil(this.shards / replicas);
       if (this.grants.size > fair) {
         // Give back the highest shards above the share: released at once, so the replica that joined takes them at its next tick.
-        const extra = [...this.grants.keys()].sort((a, b) => b - a).slice(0, this.grants.size - fair);
+        const extra = [...this.grants.keys()]
+          .filter((i) => !busy(i))
+          .sort((a, b) => b - a)
+          .slice(0, this.grants.size - fair);
         for (const i of extra) {
           const g = this.grants.get(i)!;
           this.grants.delete(i);
