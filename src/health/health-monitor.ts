@@ -75,6 +75,9 @@ export interface HealthStats {
 }
 
 const LATENESS_SAMPLES = 65_536;
+// Shared answers of owns(): the unshared (SQLite) path allocates nothing more per probe than before.
+const OWNED = { ok: true, fence: undefined } as const;
+const NOT_OWNED = { ok: false, fence: undefined } as const;
 
 /** The health monitor: a Runner of the control plane. */
 export class HealthMonitor {
@@ -195,6 +198,7 @@ export class HealthMonitor {
     const first = this.shareTicks++ === 0;
     const t = await shares.tick(this.leaseTime(), (shard) => this.busy(shard));
     for (const i of t.lost) this.ready.delete(i);
+    for (const i of t.released) this.ready.delete(i);
     if (t.error !== undefined) this.logger?.error({ err: t.error, lost: t.lost }, 'health monitor: cannot renew or take probe shards');
     if (!this.running) return;
     if (first && t.replicas === 1 && t.error === undefined) {
@@ -202,11 +206,11 @@ export class HealthMonitor {
       await this.store.markStale().catch((err: unknown) => this.logger?.error({ err }, 'health monitor: cannot mark the results stale'));
     }
     if (t.acquired.length > 0) await this.takeOver(t.acquired);
-    if (t.acquired.length > 0 || t.lost.length > 0) {
-      this.logger?.info(
-        { owner: shares.owner, shards: shares.heldShards().sort((a, b) => a - b), of: shares.shards, replicas: t.replicas, acquired: t.acquired, lost: t.lost },
-        'health monitor: probe share changed',
-      );
+    if (t.acquired.length > 0 || t.lost.length > 0 || t.released.length > 0) {
+      const report = { owner: shares.owner, shards: shares.heldShards().sort((a, b) => a - b), of: shares.shards, replicas: t.replicas, acquired: t.acquired, released: t.released, lost: t.lost };
+      // A lease lost (not renewed in time) means this replica stalled or lost the database: a warning, not routine.
+      if (t.lost.length > 0) this.logger?.warn(report, 'health monitor: probe share changed');
+      else this.logger?.info(report, 'health monitor: probe share changed');
     }
   }
 
@@ -258,9 +262,9 @@ export class HealthMonitor {
 
   /** Whether this replica probes `key` now, and under which lease (undefined: not shared). */
   private owns(key: string): { ok: boolean; fence: ProbeRecord['fence'] } {
-    if (this.shares === undefined) return { ok: true, fence: undefined };
+    if (this.shares === undefined) return OWNED;
     const g = this.shares.fenceOf(key);
-    if (g === undefined || !this.ready.has(shardOf(key, this.shares.shards))) return { ok: false, fence: undefined };
+    if (g === undefined || !this.ready.has(shardOf(key, this.shares.shards))) return NOT_OWNED;
     return { ok: true, fence: { lease: g.name, owner: g.owner, epoch: g.epoch } };
   }
 

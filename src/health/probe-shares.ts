@@ -56,8 +56,10 @@ export function leaseTimeFor(minIntervalMs: number): number {
 export interface ShareTick {
   /** Shards newly held (taken: free, or run out). */
   acquired: number[];
-  /** Shards no longer held (lost, or given back above the fair share). */
+  /** Shards lost: not renewed before their deadline, or taken by another replica (a stall, or the database out of reach). */
   lost: number[];
+  /** Shards given back above the fair share (a replica joined). */
+  released: number[];
   /** Live replicas, this one included. */
   replicas: number;
   /** Shards held after the tick. */
@@ -103,6 +105,7 @@ export class ProbeShares {
    */
   async tick(ttlMs: number, busy: (shard: number) => boolean = () => false): Promise<ShareTick> {
     const lost: number[] = [];
+    const released: number[] = [];
     const acquired: number[] = [];
     const dropLapsed = () => {
       const now = performance.now();
@@ -137,7 +140,7 @@ export class ProbeShares {
         for (const i of extra) {
           const g = this.grants.get(i)!;
           this.grants.delete(i);
-          lost.push(i);
+          released.push(i);
           await this.leases.release(g);
         }
       } else if (this.grants.size < fair) {
@@ -155,10 +158,10 @@ export class ProbeShares {
           }
         }
       }
-      return { acquired, lost, replicas, held: this.grants.size };
+      return { acquired, lost, released, replicas, held: this.grants.size };
     } catch (error) {
       dropLapsed();
-      return { acquired, lost, replicas: 0, held: this.grants.size, error };
+      return { acquired, lost, released, replicas: 0, held: this.grants.size, error };
     }
   }
 

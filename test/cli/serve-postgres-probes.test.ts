@@ -54,10 +54,7 @@ function pidOfClient(clientPort: number, serverPort: number, pids: readonly numb
     const f = line.trim().split(/\s+/);
     if (f[1]?.endsWith(`:${hex(clientPort)}`) && f[2]?.endsWith(`:${hex(serverPort)}`)) inode = f[9];
   }
-  if (inode === undefined) {
-    if (process.env.PROBE_FIGURES) console.log('no inode for', clientPort, serverPort);
-    return undefined;
-  }
+  if (inode === undefined) return undefined;
   const want = `socket:[${inode}]`;
   for (const pid of pids) {
     let fds: string[];
@@ -71,15 +68,6 @@ function pidOfClient(clientPort: number, serverPort: number, pids: readonly numb
         if (readlinkSync(`/proc/${pid}/fd/${fd}`) === want) return pid;
       } catch {
         // closed meanwhile
-      }
-    }
-  }
-  if (process.env.PROBE_FIGURES) {
-    for (const pid of readdirSync('/proc').filter((d) => /^\d+$/.test(d))) {
-      try {
-        for (const fd of readdirSync(`/proc/${pid}/fd`)) if (readlinkSync(`/proc/${pid}/fd/${fd}`) === want) console.log('inode', inode, 'held by', pid, readFileSync(`/proc/${pid}/cmdline`, 'utf8').slice(0, 80), 'not', pids);
-      } catch {
-        // gone
       }
     }
   }
@@ -98,6 +86,10 @@ describe.runIf(run)('moat serve replicas on PostgreSQL share the health probes',
     const INTERVAL = 2_000;
     // Lease time for a 2 s interval (leaseTimeFor): 1 s, renewed every 333 ms; takeover within a lease time and two ticks.
     const SLACK = 1_000 + 700 + 500;
+    // A replica's event loop can stall for a second on the shared 2-core machine (load 12-18 seen): a probe
+    // that late is followed by a short gap (the schedule keeps its phase). Neither bound lets a probe twice in
+    // an interval (under half of it) or a skipped one (two intervals, less the jitter: 3.8 s) through.
+    const STALL = 1_500;
     const url = await cluster().createDatabase('probes');
     const flags = ['--database', url, '--monitor-min-interval', '1', '--log-level', 'info'];
     const replicas = [await serve(flags)];
@@ -164,6 +156,7 @@ describe.runIf(run)('moat serve replicas on PostgreSQL share the health probes',
     await until(5 * INTERVAL);
     const steadyTo = performance.now();
 
+    // PROBE_FIGURES=1: the share logs and every probe (replica pid @ ms from the steady window's start), for a report or a failure.
     if (process.env.PROBE_FIGURES) {
       for (const r of replicas) console.log(r.child.pid, r.lines.filter((l) => l.includes('probe share') || l.includes('lease')).join('\n'));
       for (const [i, list] of probes.entries()) console.log(`o${i}`, list.map((p) => `${p.pid}@${Math.round(p.at - steadyFrom)}`).join(' '));
@@ -179,8 +172,8 @@ describe.runIf(run)('moat serve replicas on PostgreSQL share the health probes',
       owner.set(i, steady[0]!.pid!);
       for (let k = 1; k < steady.length; k++) {
         const gap = steady[k]!.at - steady[k - 1]!.at;
-        expect(gap, `origin o${i}: gap between probes`).toBeGreaterThan(INTERVAL * 0.9);
-        expect(gap, `origin o${i}: gap between probes`).toBeLessThan(INTERVAL * 1.05 + 400);
+        expect(gap, `origin o${i}: gap between probes`).toBeGreaterThan(INTERVAL * 0.5);
+        expect(gap, `origin o${i}: gap between probes`).toBeLessThan(INTERVAL * 1.05 + STALL);
       }
     }
     const counts = new Map<number, number>();
@@ -210,11 +203,11 @@ describe.runIf(run)('moat serve replicas on PostgreSQL share the health probes',
       for (let k = 1; k < around.length; k++) {
         const gap = around[k]!.at - around[k - 1]!.at;
         expect(gap, `origin o${i} (${victimOrigins.includes(i) ? 'taken over' : 'kept'}): gap between probes`).toBeGreaterThan(INTERVAL * 0.5);
-        expect(gap, `origin o${i} (${victimOrigins.includes(i) ? 'taken over' : 'kept'}): gap between probes`).toBeLessThan(INTERVAL * 1.05 + (victimOrigins.includes(i) ? SLACK : 400));
+        expect(gap, `origin o${i} (${victimOrigins.includes(i) ? 'taken over' : 'kept'}): gap between probes`).toBeLessThan(INTERVAL * 1.05 + (victimOrigins.includes(i) ? SLACK : STALL));
       }
       if (process.env.PROBE_FIGURES) console.log(`o${i} ${victimOrigins.includes(i) ? 'taken' : 'kept'} gaps`, around.slice(1).map((p, k) => Math.round(p.at - around[k]!.at)).join(' '), 'first after kill', Math.round(after[0]!.at - killedAt));
       const last = after.at(-1)!.at;
-      expect(end - last, `origin o${i}: probed until the end`).toBeLessThan(INTERVAL * 1.05 + 400);
+      expect(end - last, `origin o${i}: probed until the end`).toBeLessThan(INTERVAL * 1.05 + STALL);
     }
 
     // The edge of origin 0: one event, one notification, whoever recorded it.
