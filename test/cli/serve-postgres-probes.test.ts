@@ -74,6 +74,21 @@ function pidOfClient(clientPort: number, serverPort: number, pids: readonly numb
   return undefined;
 }
 
+/** Waits until the 16 shards are held by `n` replicas, ceil(16 / n) at most each. */
+async function balanced(db: string, n: number): Promise<void> {
+  const settling = performance.now();
+  for (;;) {
+    const held = await cluster().admin<{ owner: string; n: string }>(
+      `SELECT owner, count(*)::text AS n FROM moat_leases WHERE name LIKE 'health/shard/%' AND expires_at > clock_timestamp() GROUP BY owner`,
+      [],
+      db,
+    );
+    if (held.length === n && held.every((h) => Number(h.n) <= Math.ceil(16 / n)) && held.reduce((a, h) => a + Number(h.n), 0) === 16) return;
+    expect(performance.now() - settling, `shares balanced: ${JSON.stringify(held)}`).toBeLessThan(30_000);
+    await sleep(200);
+  }
+}
+
 interface Probe {
   at: number;
   pid: number | undefined;
@@ -140,18 +155,7 @@ describe.runIf(run)('moat serve replicas on PostgreSQL share the health probes',
     // Settle: the shares balanced over the three (a replica that joins gets its share at the next ticks; before any monitor existed the lease time was 10 s), then two intervals.
     const until = (ms: number) => sleep(ms);
     const db = databaseOf(url);
-    const settling = performance.now();
-    for (;;) {
-      const held = await cluster().admin<{ owner: string; n: string }>(
-        `SELECT owner, count(*)::text AS n FROM moat_leases WHERE name LIKE 'health/shard/%' AND expires_at > clock_timestamp() GROUP BY owner`,
-        [],
-        db,
-      );
-      // ceil(16 / 3) = 6 at most each, all 16 held.
-      if (held.length === 3 && held.every((h) => Number(h.n) <= 6) && held.reduce((a, h) => a + Number(h.n), 0) === 16) break;
-      expect(performance.now() - settling, `shares balanced: ${JSON.stringify(held)}`).toBeLessThan(30_000);
-      await sleep(200);
-    }
+    await balanced(db, 3);
     await until(2 * INTERVAL);
     const steadyFrom = performance.now();
     await until(5 * INTERVAL);
@@ -222,5 +226,82 @@ describe.runIf(run)('moat serve replicas on PostgreSQL share the health probes',
     expect(outbox.map((r) => r.target)).toEqual(['ops@example.com']);
     // No other edge: the other origins stayed healthy, and so did the pool.
     expect(await cluster().admin(`SELECT 1 FROM health_events WHERE pool_id = $1 AND NOT (event_source = 'origin' AND origin_name = 'o0')`, [pool.id], db)).toEqual([]);
+  }, 180_000);
+
+  it('a replica paused past its lease (SIGSTOP) stops probing before its successor starts, and its results from before the pause do not count twice: one edge, one notification', async () => {
+    const INTERVAL = 2_000;
+    const url = await cluster().createDatabase('pause');
+    const flags = ['--database', url, '--monitor-min-interval', '1', '--log-level', 'info'];
+    const replicas = [await serve(flags)];
+    const creds = printedCredentials(replicas[0]!);
+    replicas.push(await serve(flags));
+    const pids = replicas.map((r) => r.child.pid!);
+    const probes: Probe[][] = [];
+    const ports: number[] = [];
+    let down = false;
+    let pausedBy: number | undefined;
+    let pausedAt = 0;
+    for (let i = 0; i < 6; i++) {
+      probes.push([]);
+      const server = createServer((req, res) => {
+        const at = performance.now();
+        const pid = pidOfClient(req.socket.remotePort!, (server.address() as AddressInfo).port, pids);
+        probes[i]!.push({ at, pid });
+        if (i === 0 && pausedBy === undefined && pausedAt === 0 && down && pid !== undefined) {
+          // The holder of origin 0 is paused in the middle of probing it, the answer (503) on its way.
+          pausedBy = pid;
+          pausedAt = at;
+          process.kill(pid, 'SIGSTOP');
+        }
+        res.writeHead(i === 0 && down ? 503 : 200).end('ok');
+      });
+      servers.push(server);
+      await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
+      ports.push((server.address() as AddressInfo).port);
+    }
+    const sdk = sdkClient(replicas[0]!.url, creds);
+    const account_id = creds.accountId;
+    const monitor = await sdk.loadBalancers.monitors.create({ account_id, type: 'http', interval: INTERVAL / 1000, timeout: 1, retries: 0, path: '/', expected_codes: '200' });
+    const pool = await sdk.loadBalancers.pools.create({
+      account_id,
+      name: 'web',
+      monitor: monitor.id,
+      minimum_origins: 1,
+      notification_email: 'ops@example.com',
+      origins: ports.map((port, i) => ({ name: `o${i}`, address: '127.0.0.1', port })),
+    });
+    const db = databaseOf(url);
+    await balanced(db, 2);
+    await sleep(2 * INTERVAL);
+    down = true;
+    while (pausedAt === 0) await sleep(10);
+    const paused = pausedBy!;
+    // Paused three lease times: the other replica takes every shard and probes origin 0 (503) meanwhile.
+    await sleep(3_000);
+    process.kill(paused, 'SIGCONT');
+    const resumed = performance.now();
+    await sleep(4 * INTERVAL);
+    const end = performance.now();
+    const o0 = probes[0]!.filter((p) => p.at > pausedAt);
+    const survivor = pids.find((p) => p !== paused)!;
+    expect(o0.some((p) => p.pid === survivor && p.at < resumed), 'the survivor probed origin 0 during the pause').toBe(true);
+    // On waking, the paused replica's lease deadline has passed: it probes nothing until it holds a shard again (a tick, then a rebalance).
+    expect(probes.flat().filter((p) => p.pid === paused && p.at >= resumed && p.at < resumed + 150)).toEqual([]);
+    // Never two replicas on one origin within half an interval.
+    for (const [i, list] of probes.entries()) {
+      const window = list.filter((p) => p.at > pausedAt - INTERVAL && p.at < end);
+      for (let k = 1; k < window.length; k++) expect(window[k]!.at - window[k - 1]!.at, `origin o${i}: gap`).toBeGreaterThan(INTERVAL * 0.5);
+    }
+    // The edge of origin 0 once, with one notification, although the paused replica's 503 arrived before its successor's.
+    const events = await cluster().admin<{ id: string; old_health: string; new_health: string }>(
+      `SELECT id, old_health, new_health FROM health_events WHERE pool_id = $1 AND event_source = 'origin' AND origin_name = 'o0'`,
+      [pool.id],
+      db,
+    );
+    expect(events.map((e) => [e.old_health, e.new_health])).toEqual([['healthy', 'unhealthy']]);
+    expect((await cluster().admin(`SELECT 1 FROM alert_outbox WHERE event_id = $1`, [events[0]!.id], db)).length).toBe(1);
+    // The paused replica logged the lease it lost (a warning).
+    const log = replicas.find((r) => r.child.pid === paused)!.lines.join('\n');
+    expect(log).toMatch(/"level":40.*"lost":\[\d/);
   }, 180_000);
 });
