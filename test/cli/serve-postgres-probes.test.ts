@@ -92,7 +92,7 @@ async function balanced(db: string, n: number): Promise<void> {
 interface Probe {
   at: number;
   pid: number | undefined;
-  /** The probe whose sender was killed while it waited for the answer: no result, so the successor rightly probes again soon. */
+  /** The probe whose sender was killed (or paused past its lease) while it waited for the answer: no result, so the successor rightly probes again soon. */
   killed?: boolean;
 }
 
@@ -201,7 +201,10 @@ describe.runIf(run)('moat serve replicas on PostgreSQL share the health probes',
 
     for (const [i, list] of probes.entries()) {
       // From the last probe before the kill, through the takeover, to the end: no gap longer than an interval and the slack, none shorter than most of one.
-      const around = list.filter((p) => p.at >= killedAt - INTERVAL * 1.5 && p.at < end && p.killed !== true);
+      // The victim's probes answered in its last half second may not have been recorded yet (results are
+      // written in batches every 50 ms, later on a loaded machine): the successor rightly probes those again.
+      const unrecorded = (p: Probe) => p.pid === victim && p.at >= killedAt - 500;
+      const around = list.filter((p) => p.at >= killedAt - INTERVAL * 1.5 && p.at < end && p.killed !== true && !unrecorded(p));
       const after = around.filter((p) => p.at > killedAt);
       expect(after.length, `origin o${i}: probes after the kill`).toBeGreaterThanOrEqual(4);
       expect(after.filter((p) => p.pid === victim || p.pid === undefined).map((p) => `${p.pid} at +${Math.round(p.at - killedAt)} ms`), `origin o${i}: probed by the survivors only`).toEqual([]);
@@ -246,8 +249,11 @@ describe.runIf(run)('moat serve replicas on PostgreSQL share the health probes',
       const server = createServer((req, res) => {
         const at = performance.now();
         const pid = pidOfClient(req.socket.remotePort!, (server.address() as AddressInfo).port, pids);
-        probes[i]!.push({ at, pid });
+        const probe: Probe = { at, pid };
+        probes[i]!.push(probe);
         if (i === 0 && pausedBy === undefined && pausedAt === 0 && down && pid !== undefined) {
+          // Its result comes too late to count (fenced out), so the successor rightly probes again soon.
+          probe.killed = true;
           // The holder of origin 0 is paused in the middle of probing it, the answer (503) on its way.
           pausedBy = pid;
           pausedAt = at;
@@ -289,7 +295,7 @@ describe.runIf(run)('moat serve replicas on PostgreSQL share the health probes',
     expect(probes.flat().filter((p) => p.pid === paused && p.at >= resumed && p.at < resumed + 150)).toEqual([]);
     // Never two replicas on one origin within half an interval.
     for (const [i, list] of probes.entries()) {
-      const window = list.filter((p) => p.at > pausedAt - INTERVAL && p.at < end);
+      const window = list.filter((p) => p.at > pausedAt - INTERVAL && p.at < end && p.killed !== true);
       for (let k = 1; k < window.length; k++) expect(window[k]!.at - window[k - 1]!.at, `origin o${i}: gap`).toBeGreaterThan(INTERVAL * 0.5);
     }
     // The edge of origin 0 once, with one notification, although the paused replica's 503 arrived before its successor's.
