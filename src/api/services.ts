@@ -9,9 +9,9 @@
 // SQLite's tools use) is reachable only when the store is a SqliteStore.
 
 import { dirname, join } from 'node:path';
-import { HealthMonitor, type HealthMonitorOptions } from '../health/index.js';
+import { HealthMonitor, ProbeShares, type HealthMonitorOptions } from '../health/index.js';
 import { DeliveryWorker, DeprecationNotices, Notifier, createMailer, sqliteNotifyRepos, type Clock, type LegacyPools, type PoolDirectory, type Resolver } from '../notify/index.js';
-import { Database, SqliteStore, type Daemons, type Store, type Users } from '../store/index.js';
+import { Database, Leases, PgStore, SqliteStore, type Daemons, type Store, type Users } from '../store/index.js';
 import { AlertingService } from './alerting-service.js';
 import type { ChangeFeed } from './change-feed.js';
 import { ChannelHub, type HubOptions } from './channel-hub.js';
@@ -126,7 +126,9 @@ export function createServices(options: ServicesOptions): Services {
   const listOperations = createListOperations({ lists: store.lists, maxListItems: limits.maxListItems, logger });
   const changes: ChangeFeed = options.changes ?? store.changes;
   const hub = new ChannelHub(store, changes, logger, options.channel);
-  const healthMonitor = new HealthMonitor({ ...(options.health ?? {}), store: store.loadBalancing, logger });
+  // On PostgreSQL the replicas share the probes through leases (issue #20); on SQLite this process probes everything.
+  const shares = store instanceof PgStore ? new ProbeShares(new Leases(store.database)) : undefined;
+  const healthMonitor = new HealthMonitor({ shares, ...(options.health ?? {}), store: store.loadBalancing, logger });
   const spoolDir = n.spoolDir ?? (sqlite === undefined ? undefined : join(dirname(sqlite.database.file), 'mail-spool'));
   if (spoolDir === undefined && n.smtpUrl === undefined) throw new Error(`notify.spoolDir or notify.smtpUrl is needed with a ${store.backend} store (emails go somewhere)`);
   const mailer = createMailer({ smtpUrl: n.smtpUrl, from: n.mailFrom ?? DEFAULT_MAIL_FROM, spoolDir: spoolDir ?? '', stallMs: Math.floor((n.leaseMs ?? 60_000) / 4) });

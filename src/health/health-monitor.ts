@@ -9,12 +9,17 @@
 // The schedule is a min-heap of (pool, origin) keys by due time, rebuilt from
 // the store when pools or monitors change (a cheap fingerprint is polled), so
 // an edit applies at the origin's next probe. The state lives in the store,
-// not in memory: a restart reloads it, and several replicas could later share
-// the work by taking a lease per key before probing (issue #20); one replica
-// probes everything today.
+// not in memory: a restart reloads it. On PostgreSQL several replicas share
+// the work (issue #20, probe-shares.ts): every replica keeps the whole
+// schedule but probes only the origins of the shards it holds a lease on,
+// before the lease's local deadline, and records each result fenced by the
+// lease's epoch. A shard taken over is probed from its last result's time, so
+// an origin is probed once per interval across replicas, neither twice nor
+// skipped.
 
 import { MoatError } from '../errors/index.js';
 import { newId, nowStamp, type Health, type HealthEvent, type LoadBalancingRepo, type MonitorRow, type OriginHealthRow, type PoolRow, type ProbeRecord } from '../store/index.js';
+import { leaseTimeFor, ProbeShares, shardOf } from './probe-shares.js';
 import { probe as realProbe, type ProbeMonitor, type ProbeOrigin, type ProbeResult } from './probes.js';
 
 /** Where the monitor reports (the api's RunnerLogger fits). */
@@ -38,6 +43,13 @@ export interface HealthMonitorOptions {
   jitter?: number | undefined;
   /** The probe (tests and benchmarks may replace it). */
   probe?: ((m: ProbeMonitor & { retries: number }, o: ProbeOrigin) => Promise<ProbeResult>) | undefined;
+  /**
+   * Probes shared with other replicas through these leases (a PostgreSQL
+   * store); without, this process probes everything (SQLite).
+   */
+  shares?: ProbeShares | undefined;
+  /** Lease time of the shares, ms (default: leaseTimeFor the shortest monitor interval). */
+  leaseMs?: number | undefined;
 }
 
 interface Target {
@@ -63,6 +75,9 @@ export interface HealthStats {
 }
 
 const LATENESS_SAMPLES = 65_536;
+// Shared answers of owns(): the unshared (SQLite) path allocates nothing more per probe than before.
+const OWNED = { ok: true, fence: undefined } as const;
+const NOT_OWNED = { ok: false, fence: undefined } as const;
 
 /** The health monitor: a Runner of the control plane. */
 export class HealthMonitor {
@@ -84,6 +99,15 @@ export class HealthMonitor {
   private pending: { record: ProbeRecord; done: (r: HealthEvent[] | Error) => void }[] = [];
   private flushTimer: NodeJS.Timeout | undefined;
   private readonly stats: HealthStats = { probes: 0, lateness: new Float64Array(LATENESS_SAMPLES), samples: 0 };
+  private readonly shares: ProbeShares | undefined;
+  private readonly leaseMs: number | undefined;
+  /** Shards held whose origins were rescheduled from their last results: only these are probed. */
+  private readonly ready = new Set<number>();
+  private shareTimer: NodeJS.Timeout | undefined;
+  private shareTicks = 0;
+  private shareTickInFlight: Promise<void> | undefined;
+  /** The shortest interval of the monitors in use, ms (the lease time follows it). */
+  private minIntervalMs = 60_000;
 
   constructor(options: HealthMonitorOptions) {
     this.store = options.store;
@@ -93,6 +117,8 @@ export class HealthMonitor {
     this.jitter = options.jitter ?? 0.05;
     this.probeFn = options.probe ?? realProbe;
     this.flushMs = options.flushMs ?? 50;
+    this.shares = options.shares;
+    this.leaseMs = options.leaseMs;
   }
 
   /** Queues a result for the next batch; resolves with its events, rejects with its listener's error. */
@@ -125,7 +151,8 @@ export class HealthMonitor {
     if (this.running) return;
     this.running = true;
     // markStale is queued before any result can be: the store writes them in that order.
-    this.store.markStale().catch((err: unknown) => this.logger?.error({ err }, 'health monitor: cannot mark the results stale'));
+    // Shared: only a replica that finds itself alone does it (at its first tick), not one joining others that keep the results fresh.
+    if (this.shares === undefined) this.store.markStale().catch((err: unknown) => this.logger?.error({ err }, 'health monitor: cannot mark the results stale'));
     void this.refresh(true);
     this.refreshTimer = setInterval(() => void this.refresh(false), this.refreshMs);
     this.refreshTimer.unref();
@@ -142,7 +169,103 @@ export class HealthMonitor {
     if (this.timer !== undefined) clearTimeout(this.timer);
     if (this.refreshTimer !== undefined) clearInterval(this.refreshTimer);
     if (this.flushTimer !== undefined) clearTimeout(this.flushTimer);
+    if (this.shareTimer !== undefined) clearTimeout(this.shareTimer);
+    await this.shareTickInFlight;
     await this.flush();
+    // Given back after the last results are written: the others take the shards at their next tick.
+    this.ready.clear();
+    await this.shares?.release();
+  }
+
+  /** The lease time now: given, or from the shortest monitor interval. */
+  private leaseTime(): number {
+    return this.leaseMs ?? leaseTimeFor(this.minIntervalMs);
+  }
+
+  /** One tick of the shares, then the next a third of a lease time later. */
+  private scheduleShareTick(ms: number): void {
+    if (!this.running || this.shares === undefined) return;
+    this.shareTimer = setTimeout(() => {
+      this.shareTickInFlight = this.shareTick().finally(() => {
+        this.shareTickInFlight = undefined;
+        this.scheduleShareTick(Math.max(1, Math.floor(this.leaseTime() / 3)));
+      });
+    }, ms);
+  }
+
+  private async shareTick(): Promise<void> {
+    const shares = this.shares!;
+    const first = this.shareTicks++ === 0;
+    const t = await shares.tick(this.leaseTime(), (shard) => this.busy(shard));
+    for (const i of t.lost) this.ready.delete(i);
+    for (const i of t.released) this.ready.delete(i);
+    if (t.error !== undefined) this.logger?.error({ err: t.error, lost: t.lost }, 'health monitor: cannot renew or take probe shards');
+    if (!this.running) return;
+    if (first && t.replicas === 1 && t.error === undefined) {
+      // Alone at start: the results are from before every replica stopped; unknown until probed again (as on SQLite).
+      await this.store.markStale().catch((err: unknown) => this.logger?.error({ err }, 'health monitor: cannot mark the results stale'));
+    }
+    if (t.acquired.length > 0) await this.takeOver(t.acquired);
+    if (t.acquired.length > 0 || t.lost.length > 0 || t.released.length > 0) {
+      const report = { owner: shares.owner, shards: shares.heldShards().sort((a, b) => a - b), of: shares.shards, replicas: t.replicas, acquired: t.acquired, released: t.released, lost: t.lost };
+      // A lease lost (not renewed in time) means this replica stalled or lost the database: a warning, not routine.
+      if (t.lost.length > 0) this.logger?.warn(report, 'health monitor: probe share changed');
+      else this.logger?.info(report, 'health monitor: probe share changed');
+    }
+  }
+
+  /**
+   * Reschedules the origins of shards just taken from their last recorded
+   * result (a dead replica's schedule, or this replica's own after a
+   * restart): next due one interval after it, at once when overdue or never
+   * probed. Then the shards are ready, and their origins probed.
+   */
+  private async takeOver(shards: number[]): Promise<void> {
+    const set = new Set(shards);
+    const n = this.shares!.shards;
+    const byPool = new Map<string, Entry[]>();
+    for (const e of this.entries.values()) {
+      if (!set.has(shardOf(e.key, n))) continue;
+      const list = byPool.get(e.target.pool.id) ?? [];
+      list.push(e);
+      byPool.set(e.target.pool.id, list);
+    }
+    const now = performance.now();
+    const wall = Date.now();
+    for (const [poolId, list] of byPool) {
+      let rows: Map<string, OriginHealthRow>;
+      try {
+        rows = await this.store.originHealth(poolId);
+      } catch (err) {
+        this.logger?.error({ err, pool: poolId }, 'health monitor: cannot read the last results of a pool taken over; probing its origins now');
+        rows = new Map();
+      }
+      for (const e of list) {
+        if (e.running) continue;
+        const r = rows.get(e.target.origin.name);
+        const last = r?.checkedOn == null ? NaN : Date.parse(r.checkedOn);
+        const interval = this.intervalMs(e.target);
+        // Wall clocks of replicas may differ a little: the wait is bounded by one interval.
+        e.due = Number.isNaN(last) ? now : now + Math.min(interval, Math.max(0, last + interval - wall));
+      }
+    }
+    for (const i of shards) this.ready.add(i);
+    heapify(this.heap);
+    this.pump();
+  }
+
+  /** Whether a probe of the shard is in flight or waiting for its commit. */
+  private busy(shard: number): boolean {
+    for (const e of this.entries.values()) if (e.running && shardOf(e.key, this.shares!.shards) === shard) return true;
+    return false;
+  }
+
+  /** Whether this replica probes `key` now, and under which lease (undefined: not shared). */
+  private owns(key: string): { ok: boolean; fence: ProbeRecord['fence'] } {
+    if (this.shares === undefined) return OWNED;
+    const g = this.shares.fenceOf(key);
+    if (g === undefined || !this.ready.has(shardOf(key, this.shares.shards))) return NOT_OWNED;
+    return { ok: true, fence: { lease: g.name, owner: g.owner, epoch: g.epoch } };
   }
 
   /** Probe counts and lateness so far. */
@@ -172,7 +295,9 @@ export class HealthMonitor {
     this.fingerprint = fp;
     const now = performance.now();
     const seen = new Set<string>();
+    let minInterval = Infinity;
     for (const { pool, monitor } of monitored) {
+      minInterval = Math.min(minInterval, (monitor.body.interval as number) * 1000);
       const origins = (pool.body.origins as { name: string; address: string; enabled: boolean; port: number; header?: Record<string, string[]> }[]).filter((o) => o.enabled);
       for (const o of origins) {
         const key = `${pool.id}/${o.name}`;
@@ -197,6 +322,9 @@ export class HealthMonitor {
     }
     this.heap = this.heap.filter((e) => !e.removed);
     heapify(this.heap);
+    if (Number.isFinite(minInterval)) this.minIntervalMs = minInterval;
+    // The shares are first claimed once the targets are known, so that the origins taken are rescheduled from their results.
+    if (this.shares !== undefined && this.shareTicks === 0 && this.shareTimer === undefined) this.scheduleShareTick(0);
     this.pump();
   }
 
@@ -220,14 +348,22 @@ export class HealthMonitor {
     while (this.active < this.maxConcurrent && this.heap.length > 0 && this.heap[0]!.due <= now) {
       const e = popMin(this.heap)!;
       if (e.removed) continue;
-      this.run(e, now);
+      const own = this.owns(e.key);
+      if (!own.ok) {
+        // Another replica's now: kept on the schedule, so that this one has it ready should the shard come here (then rescheduled from its last result).
+        const interval = this.intervalMs(e.target);
+        e.due = e.due + interval < now ? now + interval : e.due + interval;
+        this.push(e);
+        continue;
+      }
+      this.run(e, now, own.fence);
     }
     if (this.heap.length > 0 && this.active < this.maxConcurrent) {
       this.timer = setTimeout(() => this.pump(), Math.max(0, this.heap[0]!.due - performance.now()));
     }
   }
 
-  private run(e: Entry, now: number): void {
+  private run(e: Entry, now: number, fence: ProbeRecord['fence']): void {
     e.running = true;
     this.active++;
     const i = this.stats.samples++ % LATENESS_SAMPLES;
@@ -249,7 +385,7 @@ export class HealthMonitor {
     void this.probeFn(m, target.origin)
       .then((result) => {
         release();
-        return this.record({ poolId: target.pool.id, decide: (rows, poolBefore) => decide(target, m, result, rows, poolBefore) });
+        return this.record({ poolId: target.pool.id, fence, decide: (rows, poolBefore) => decide(target, m, result, rows, poolBefore) });
       })
       .catch((err: unknown) => {
         const listener = !(err instanceof MoatError);

@@ -372,6 +372,14 @@ export class LoadBalancingStore {
 /** One probe to record (see recordProbes). */
 export interface ProbeRecord {
   poolId: string;
+  /**
+   * The lease the probe ran under (replicas sharing the probes, issue #20):
+   * the PostgreSQL store records the result only while moat_leases still has
+   * this name, owner and epoch, so a holder that overslept its deadline cannot
+   * write over its successor's state or raise an edge twice. SQLite has one
+   * prober and ignores it.
+   */
+  fence?: { lease: string; owner: string; epoch: number } | undefined;
   decide: (origins: Map<string, OriginHealthRow>, poolHealth: Health | null) => { origin: OriginHealthRow; poolHealth: Health | null; events: HealthEvent[] };
 }
 

@@ -95,6 +95,20 @@ export class Leases {
     return rows.length > 0;
   }
 
+  /**
+   * The live leases whose names start with `prefix` (not run out), by name:
+   * how the health monitor counts live replicas and sees which shards are
+   * free. One statement, on the server's clock.
+   */
+  async live(prefix: string): Promise<(LeaseHolder & { name: string })[]> {
+    const rows = await this.db.query<{ name: string; owner: string; epoch: number; remaining_ms: number }>(
+      `SELECT name, owner, epoch, extract(epoch FROM expires_at - clock_timestamp()) * 1000 AS remaining_ms
+       FROM moat_leases WHERE starts_with(name, $1) AND expires_at > clock_timestamp() ORDER BY name`,
+      [prefix],
+    );
+    return rows.map((r) => ({ name: r.name, owner: r.owner, epoch: r.epoch, remainingMs: Number(r.remaining_ms) }));
+  }
+
   /** Who holds `name` (undefined: nobody ever did, or it was released). */
   async holder(name: string): Promise<LeaseHolder | undefined> {
     const rows = await this.db.query<{ owner: string; epoch: number; remaining_ms: number }>(

@@ -241,7 +241,14 @@ export class PgLoadBalancingRepo implements LoadBalancingRepo {
     return out;
   }
 
-  private async recordProbeRows({ poolId, decide }: ProbeRecord): Promise<HealthEvent[]> {
+  private async recordProbeRows({ poolId, decide, fence }: ProbeRecord): Promise<HealthEvent[]> {
+    // Fenced: a result of a lease lost meanwhile (its successor has a new
+    // epoch, or it was given up) is dropped. FOR SHARE holds the lease row to
+    // the commit, so a takeover waits for this result and its successor then
+    // reads it; never the other way round.
+    if (fence !== undefined && (await this.row('SELECT 1 FROM moat_leases WHERE name = $1 AND owner = $2 AND epoch = $3 FOR SHARE', [fence.lease, fence.owner, fence.epoch])) === undefined) {
+      return [];
+    }
     // The pool may have been deleted since the probe began: nothing to record.
     // Locked (FOR UPDATE): two replicas recording origins of one pool take
     // turns, each seeing the other's rows, as SQLite's single writer gives.
