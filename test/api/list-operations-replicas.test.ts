@@ -4,27 +4,19 @@
 // by replica B, whole and once, readers through B never seeing half a list;
 // and two replicas draining one queue apply each operation once, neither
 // waiting on the other's operation.
-import { mkdtempSync, rmSync } from 'node:fs';
-import { tmpdir } from 'node:os';
-import { join } from 'node:path';
-import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
-import { ensureBuilt } from '../support/cli.js';
-import { printedCredentials, serveProcess, type ServeProcess } from '../support/api.js';
+import { describe, expect, it } from 'vitest';
+import { printedCredentials, type ServeProcess } from '../support/api.js';
+import { useServeReplicas } from '../support/serve-replicas.js';
 import { databaseOf, requirePostgres, usePostgres } from '../support/postgres.js';
 
 const run = requirePostgres();
 const cluster = usePostgres(run);
-const children: ServeProcess[] = [];
-const dirs: string[] = [];
+const replicas = useServeReplicas('moat-listops-replicas-');
 
 type Creds = { email: string; key: string; accountId: string };
 
-async function serve(url: string, extra: readonly string[] = []): Promise<ServeProcess> {
-  const d = mkdtempSync(join(tmpdir(), 'moat-listops-replicas-'));
-  dirs.push(d);
-  const s = await serveProcess(d, ['--database', url, ...extra]);
-  children.push(s);
-  return s;
+function serve(url: string, extra: readonly string[] = []): Promise<ServeProcess> {
+  return replicas.start(['--database', url, ...extra]);
 }
 
 /** One v4 call; returns the envelope's result (throws on a failure, with its errors). */
@@ -69,16 +61,6 @@ async function allItems(s: ServeProcess, c: Creds, listId: string): Promise<stri
 const oldIp = (i: number) => `10.0.${i >> 8}.${i & 255}`;
 const newIp = (i: number) => `11.${(i >> 16) & 255}.${(i >> 8) & 255}.${i & 255}`;
 
-beforeAll(() => ensureBuilt(), 120_000);
-afterEach(async () => {
-  for (const s of children.splice(0)) {
-    s.child.kill('SIGKILL');
-    await s.exited;
-  }
-});
-afterAll(() => {
-  for (const d of dirs.splice(0)) rmSync(d, { recursive: true, force: true });
-});
 
 describe.runIf(run)('list bulk operations across replicas', () => {
   it('completes a 50,000-item replace through replica B when replica A is killed with SIGKILL applying it: whole, once, readers never seeing half a list', async () => {

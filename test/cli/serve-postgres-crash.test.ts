@@ -3,28 +3,20 @@
 // API acknowledged is there after the server restarts, the replicas answer
 // 503 with code 8021 (not 500) while it is down, and they come back by
 // themselves (their pools reconnect) without being restarted.
-import { mkdtempSync, rmSync } from 'node:fs';
-import { tmpdir } from 'node:os';
-import { join } from 'node:path';
-import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
-import { ensureBuilt } from '../support/cli.js';
-import { printedCredentials, serveProcess, type ServeProcess } from '../support/api.js';
+import { describe, expect, it } from 'vitest';
+import { printedCredentials, type ServeProcess } from '../support/api.js';
+import { useServeReplicas } from '../support/serve-replicas.js';
 import { requirePostgres, usePostgres } from '../support/postgres.js';
 
 const run = requirePostgres();
 // Durable: fsync on, as in production (a SIGKILL of the server loses nothing committed either way; this makes it so for the right reason).
 const cluster = usePostgres(run, { durable: true });
-const children: ServeProcess[] = [];
-const dirs: string[] = [];
+const replicas = useServeReplicas('moat-pg-crash-');
 
 type Creds = { email: string; key: string; accountId: string };
 
-async function serve(url: string): Promise<ServeProcess> {
-  const d = mkdtempSync(join(tmpdir(), 'moat-pg-crash-'));
-  dirs.push(d);
-  const s = await serveProcess(d, ['--database', url]);
-  children.push(s);
-  return s;
+function serve(url: string): Promise<ServeProcess> {
+  return replicas.start(['--database', url]);
 }
 
 /** One v4 call: its HTTP status and envelope. */
@@ -40,16 +32,6 @@ async function call(s: ServeProcess, c: Creds, method: string, path: string, bod
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
-beforeAll(() => ensureBuilt(), 120_000);
-afterEach(async () => {
-  for (const s of children.splice(0)) {
-    s.child.kill('SIGKILL');
-    await s.exited;
-  }
-});
-afterAll(() => {
-  for (const d of dirs.splice(0)) rmSync(d, { recursive: true, force: true });
-});
 
 describe.runIf(run)('moat serve replicas when the PostgreSQL server is killed', () => {
   it('keeps every acknowledged write through a SIGKILL of the server, answers 503 (8021) while it is down, and serves again after its restart without a replica restart', async () => {

@@ -8,42 +8,27 @@
 // and the others probe its origins within one interval plus the lease slack;
 // an origin that goes down during the takeover yields exactly one health
 // event and one notification.
-import { mkdtempSync, readdirSync, readFileSync, readlinkSync, rmSync } from 'node:fs';
+import { readdirSync, readFileSync, readlinkSync } from 'node:fs';
 import { createServer, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
-import { tmpdir } from 'node:os';
-import { join } from 'node:path';
 import { performance } from 'node:perf_hooks';
 import { setTimeout as sleep } from 'node:timers/promises';
-import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
-import { ensureBuilt } from '../support/cli.js';
-import { printedCredentials, sdkClient, serveProcess, type ServeProcess } from '../support/api.js';
+import { afterEach, describe, expect, it } from 'vitest';
+import { printedCredentials, sdkClient, type ServeProcess } from '../support/api.js';
+import { useServeReplicas } from '../support/serve-replicas.js';
 import { databaseOf, requirePostgres, usePostgres } from '../support/postgres.js';
 
 const run = requirePostgres();
 const cluster = usePostgres(run);
-const children: ServeProcess[] = [];
-const dirs: string[] = [];
+const serves = useServeReplicas('moat-serve-probes-');
 const servers: Server[] = [];
 
-beforeAll(() => ensureBuilt(), 120_000);
 afterEach(async () => {
-  for (const s of children.splice(0)) {
-    s.child.kill('SIGKILL');
-    await s.exited;
-  }
   await Promise.all(servers.splice(0).map((s) => new Promise((r) => s.close(r))));
 });
-afterAll(() => {
-  for (const d of dirs.splice(0)) rmSync(d, { recursive: true, force: true });
-});
 
-async function serve(extra: readonly string[]): Promise<ServeProcess> {
-  const d = mkdtempSync(join(tmpdir(), 'moat-serve-probes-'));
-  dirs.push(d);
-  const s = await serveProcess(d, extra);
-  children.push(s);
-  return s;
+function serve(extra: readonly string[]): Promise<ServeProcess> {
+  return serves.start(extra);
 }
 
 /** The pid among `pids` whose socket is the client end (127.0.0.1:`clientPort`) of a connection to `serverPort`. */
@@ -195,7 +180,7 @@ describe.runIf(run)('moat serve replicas on PostgreSQL share the health probes',
       expect(performance.now() - armed, 'the victim probes within an interval').toBeLessThan(INTERVAL * 2);
       await sleep(10);
     }
-    await children.find((c) => c.child.pid === victim)!.exited;
+    await serves.running.find((c) => c.child.pid === victim)!.exited;
     await until(5 * INTERVAL);
     const end = performance.now();
 

@@ -3,42 +3,21 @@
 // replica on the same database sees it and answers with its key, a write
 // through one replica is read through the other, MOAT_DATABASE_URL selects the
 // same store, and the operator commands reach it with --database.
-import { mkdtempSync, rmSync } from 'node:fs';
-import { tmpdir } from 'node:os';
-import { join } from 'node:path';
-import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
-import { ensureBuilt, moat } from '../support/cli.js';
-import { PHASE, printedCredentials, sdkClient, serveProcess, written, type ServeProcess } from '../support/api.js';
+import { describe, expect, it } from 'vitest';
+import { moat } from '../support/cli.js';
+import { PHASE, printedCredentials, sdkClient, written, type ServeProcess } from '../support/api.js';
+import { useServeReplicas } from '../support/serve-replicas.js';
 import { requirePostgres, usePostgres } from '../support/postgres.js';
 import { PG_MIGRATIONS } from '../../src/store/index.js';
 
 const run = requirePostgres();
 const cluster = usePostgres(run);
-const children: ServeProcess[] = [];
-const dirs: string[] = [];
+const replicas = useServeReplicas('moat-serve-pg-');
+const tempDir = replicas.tempDir;
 
-function tempDir(): string {
-  const d = mkdtempSync(join(tmpdir(), 'moat-serve-pg-'));
-  dirs.push(d);
-  return d;
+function serve(extra: readonly string[], env?: NodeJS.ProcessEnv): Promise<ServeProcess> {
+  return replicas.start(extra, { env });
 }
-
-async function serve(extra: readonly string[], env?: NodeJS.ProcessEnv): Promise<ServeProcess> {
-  const s = await serveProcess(tempDir(), extra, env);
-  children.push(s);
-  return s;
-}
-
-beforeAll(() => ensureBuilt(), 120_000);
-afterEach(async () => {
-  for (const s of children.splice(0)) {
-    s.child.kill('SIGKILL');
-    await s.exited;
-  }
-});
-afterAll(() => {
-  for (const d of dirs.splice(0)) rmSync(d, { recursive: true, force: true });
-});
 
 describe.runIf(run)('moat serve on PostgreSQL', () => {
   it('shares one database between two replicas: the first user made by one works on the other, and writes through one are read through the other', async () => {

@@ -6,22 +6,18 @@
 // starting beside a live one frees only the rows of a dead process of its own
 // pid space (never a live replica's, even one in another pid namespace).
 import { randomBytes } from 'node:crypto';
-import { mkdtempSync, rmSync } from 'node:fs';
 import { createServer, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
-import { tmpdir } from 'node:os';
-import { join } from 'node:path';
 import { simpleParser } from 'mailparser';
 import { SMTPServer } from 'smtp-server';
-import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
-import { ensureBuilt } from '../support/cli.js';
-import { printedCredentials, sdkClient, serveProcess, type ServeProcess } from '../support/api.js';
+import { describe, expect, it } from 'vitest';
+import { printedCredentials, sdkClient, type ServeProcess } from '../support/api.js';
+import { useServeReplicas } from '../support/serve-replicas.js';
 import { databaseOf, requirePostgres, usePostgres } from '../support/postgres.js';
 
 const run = requirePostgres();
 const cluster = usePostgres(run);
-const children: ServeProcess[] = [];
-const dirs: string[] = [];
+const replicas = useServeReplicas('moat-outbox-replicas-');
 
 /** One request the receiver got: the notification's webhook-id, when it arrived and when it ended (answered, or its connection dropped). */
 interface Delivery {
@@ -87,16 +83,8 @@ async function slowSmtp(delayMs: number): Promise<{ port: number; deliveries: De
   return { port, deliveries, close: () => new Promise<void>((resolve) => server.close(() => resolve())) };
 }
 
-function tempDir(): string {
-  const d = mkdtempSync(join(tmpdir(), 'moat-outbox-replicas-'));
-  dirs.push(d);
-  return d;
-}
-
 async function serve(url: string, leaseSeconds: number, wrapper: readonly string[] = [], extra: readonly string[] = []): Promise<ServeProcess> {
-  const s = await serveProcess(tempDir(), ['--database', url, '--allow-private-webhooks', '--notification-lease', String(leaseSeconds), ...extra], undefined, wrapper);
-  children.push(s);
-  return s;
+  return replicas.start(['--database', url, '--allow-private-webhooks', '--notification-lease', String(leaseSeconds), ...extra], { wrapper });
 }
 
 async function kill(s: ServeProcess): Promise<void> {
@@ -151,13 +139,6 @@ function overlapping(deliveries: readonly Delivery[]): [Delivery, Delivery][] {
   return out;
 }
 
-beforeAll(() => ensureBuilt(), 120_000);
-afterEach(async () => {
-  for (const s of children.splice(0)) await kill(s);
-});
-afterAll(() => {
-  for (const d of dirs.splice(0)) rmSync(d, { recursive: true, force: true });
-});
 
 describe.runIf(run)('the notification outbox across replicas killed mid-delivery', () => {
   it('delivers every notification at least once under its id when a replica is killed with SIGKILL mid-send, never twice at once, the dead replica\'s rows taken over after their lease', async () => {
