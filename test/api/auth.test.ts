@@ -1,23 +1,14 @@
 // Authentication and authorisation of the API: X-Auth-Email/X-Auth-Key checked
 // before any route answers, revocation effective on the next request, and one
 // user never reaching another account's or zone's rulesets; on each store.
-import { PermissionDeniedError, type APIError } from 'cloudflare';
+import { PermissionDeniedError } from 'cloudflare';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { newId } from '../../src/store/index.js';
-import { PHASE, written, type TestApi, type TestUser } from '../support/api.js';
+import { PHASE, rejection, written, type TestApi, type TestUser } from '../support/api.js';
 import { apiBackends } from '../support/backends.js';
 
 let api: TestApi;
 const backends = apiBackends();
-
-async function rejection(p: Promise<unknown>): Promise<APIError> {
-  try {
-    await p;
-  } catch (err) {
-    return err as APIError;
-  }
-  throw new Error('expected the call to fail');
-}
 
 describe.each(backends)('on $name', (backend) => {
   beforeAll(async () => {

@@ -3,11 +3,11 @@
 // rule identity, positions, dry runs, managed rulesets, error codes, and
 // concurrent writers on one ruleset. A real server over a real SQLite file,
 // and the same scenarios over a real PostgreSQL database.
-import { BadRequestError, NotFoundError, PermissionDeniedError, type APIError } from 'cloudflare';
+import { BadRequestError, NotFoundError, PermissionDeniedError } from 'cloudflare';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { DEFAULT_API_LIMITS, RulesetService } from '../../src/api/index.js';
 import { newId } from '../../src/store/index.js';
-import { PHASE, written, type Phase, type Ruleset, type TestApi, type TestUser } from '../support/api.js';
+import { PHASE, rejection, written, type Phase, type Ruleset, type TestApi, type TestUser } from '../support/api.js';
 import { apiBackends } from '../support/backends.js';
 
 let api: TestApi;
@@ -17,16 +17,6 @@ const backends = apiBackends();
 /** A user of its own account (and zone), so entrypoints of one test never collide with another's. */
 function tenant(): Promise<TestUser> {
   return api.addUser(`tenant${++tenants}@example.com`);
-}
-
-/** The error a promise rejects with (fails the test when it resolves). */
-async function rejection(p: Promise<unknown>): Promise<APIError> {
-  try {
-    await p;
-  } catch (err) {
-    return err as APIError;
-  }
-  throw new Error('expected the call to fail');
 }
 
 async function collect<T>(iterable: AsyncIterable<T>): Promise<T[]> {

@@ -4,10 +4,10 @@
 // hashed and never in clear; on each store.
 import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
-import Cloudflare, { type APIError } from 'cloudflare';
+import Cloudflare from 'cloudflare';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { DB_FILE, newId } from '../../src/store/index.js';
-import { PHASE, written, type TestApi } from '../support/api.js';
+import { PHASE, rejection, written, type TestApi } from '../support/api.js';
 import { apiBackends } from '../support/backends.js';
 import { databaseOf } from '../support/postgres.js';
 import { moat } from '../support/cli.js';
@@ -28,15 +28,6 @@ describe.each(backends)('on $name', (backend) => {
   afterAll(async () => {
     await api.dispose();
   });
-
-  async function rejection(p: Promise<unknown>): Promise<APIError> {
-    try {
-      await p;
-    } catch (err) {
-      return err as APIError;
-    }
-    throw new Error('expected the call to fail');
-  }
 
   function tokenClient(token: string): Cloudflare {
     return new Cloudflare({ baseURL: api.base, apiToken: token, apiEmail: null, apiKey: null, maxRetries: 0, timeout: 10_000 });

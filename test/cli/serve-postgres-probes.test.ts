@@ -81,6 +81,22 @@ interface Probe {
   killed?: boolean;
 }
 
+/** A monitor probing every `intervalMs` and a pool "web" of the origins on `ports`, created through `replica`. */
+async function webPool(replica: ServeProcess, creds: { email: string; key: string; accountId: string }, intervalMs: number, ports: readonly number[]) {
+  const sdk = sdkClient(replica.url, creds);
+  const account_id = creds.accountId;
+  const monitor = await sdk.loadBalancers.monitors.create({ account_id, type: 'http', interval: intervalMs / 1000, timeout: 1, retries: 0, path: '/', expected_codes: '200' });
+  const pool = await sdk.loadBalancers.pools.create({
+    account_id,
+    name: 'web',
+    monitor: monitor.id,
+    minimum_origins: 1,
+    notification_email: 'ops@example.com',
+    origins: ports.map((port, i) => ({ name: `o${i}`, address: '127.0.0.1', port })),
+  });
+  return { pool };
+}
+
 describe.runIf(run)('moat serve replicas on PostgreSQL share the health probes', () => {
   it('probe each origin once per interval across three replicas, take a killed replica\'s origins over within an interval and the lease slack, and record an edge during the takeover once', async () => {
     const INTERVAL = 2_000;
@@ -125,17 +141,7 @@ describe.runIf(run)('moat serve replicas on PostgreSQL share the health probes',
       await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
       ports.push((server.address() as AddressInfo).port);
     }
-    const sdk = sdkClient(replicas[0]!.url, creds);
-    const account_id = creds.accountId;
-    const monitor = await sdk.loadBalancers.monitors.create({ account_id, type: 'http', interval: INTERVAL / 1000, timeout: 1, retries: 0, path: '/', expected_codes: '200' });
-    const pool = await sdk.loadBalancers.pools.create({
-      account_id,
-      name: 'web',
-      monitor: monitor.id,
-      minimum_origins: 1,
-      notification_email: 'ops@example.com',
-      origins: ports.map((port, i) => ({ name: `o${i}`, address: '127.0.0.1', port })),
-    });
+    const { pool } = await webPool(replicas[0]!, creds, INTERVAL, ports);
 
     // Settle: the shares balanced over the three (a replica that joins gets its share at the next ticks; before any monitor existed the lease time was 10 s), then two intervals.
     const until = (ms: number) => sleep(ms);
@@ -250,17 +256,7 @@ describe.runIf(run)('moat serve replicas on PostgreSQL share the health probes',
       await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
       ports.push((server.address() as AddressInfo).port);
     }
-    const sdk = sdkClient(replicas[0]!.url, creds);
-    const account_id = creds.accountId;
-    const monitor = await sdk.loadBalancers.monitors.create({ account_id, type: 'http', interval: INTERVAL / 1000, timeout: 1, retries: 0, path: '/', expected_codes: '200' });
-    const pool = await sdk.loadBalancers.pools.create({
-      account_id,
-      name: 'web',
-      monitor: monitor.id,
-      minimum_origins: 1,
-      notification_email: 'ops@example.com',
-      origins: ports.map((port, i) => ({ name: `o${i}`, address: '127.0.0.1', port })),
-    });
+    const { pool } = await webPool(replicas[0]!, creds, INTERVAL, ports);
     const db = databaseOf(url);
     await balanced(db, 2);
     await sleep(2 * INTERVAL);

@@ -8,7 +8,7 @@ import { spawn, type ChildProcess } from 'node:child_process';
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import Cloudflare from 'cloudflare';
+import Cloudflare, { type APIError } from 'cloudflare';
 import type { FastifyInstance } from 'fastify';
 import { buildServer, createServices, type ApiLimits, type AuthLimitOptions, type HubOptions, type NotifyOptions, type RulesetView, type Services, type ServicesOptions } from '../../src/api/index.js';
 import { pgNotifyRepos } from '../../src/notify/index.js';
@@ -271,4 +271,14 @@ export function printedCredentials(s: ServeProcess): { email: string; key: strin
 /** An SDK client for a server URL and credentials. */
 export function sdkClient(url: string, c: { email: string; key: string }): Cloudflare {
   return new Cloudflare({ baseURL: url, apiEmail: c.email, apiKey: c.key, apiToken: null, maxRetries: 0, timeout: 10_000 });
+}
+
+/** The SDK error a promise rejects with (fails the test when it resolves). */
+export async function rejection(p: Promise<unknown>): Promise<APIError> {
+  try {
+    await p;
+  } catch (err) {
+    return err as APIError;
+  }
+  throw new Error('expected the call to fail');
 }
