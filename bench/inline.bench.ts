@@ -179,13 +179,15 @@ class Sender {
 // ---------------------------------------------------------------------------------
 // Paths
 
-type PathKey = 'kernel' | 'floor' | 'libpcap' | 'ring1' | 'ring2';
+type PathKey = 'kernel' | 'floor' | 'libpcap' | 'ring1' | 'ring1n0' | 'ring2';
 
 interface PathSpec {
   key: PathKey;
   label: string;
   engine?: 'ring' | 'libpcap';
   workers?: number;
+  /** capture.priority of the daemon (absent: its default). */
+  priority?: { packet: number; background: number };
 }
 
 interface PathRecord {
@@ -416,6 +418,9 @@ const ALL_PATHS: PathSpec[] = [
   { key: 'floor', label: 'C floor (ring)' },
   { key: 'libpcap', label: 'libpcap engine', engine: 'libpcap' },
   { key: 'ring1', label: 'ring, 1 worker', engine: 'ring', workers: 1 },
+  // The default raises packet workers to nice -10 (#17): a worker woken at once by each frame runs
+  // smaller batches at low rates. This path, without priorities, shows what that costs per frame.
+  { key: 'ring1n0', label: 'ring, 1 worker, nice 0', engine: 'ring', workers: 1, priority: { packet: 0, background: 0 } },
   { key: 'ring2', label: 'ring, 2 workers', engine: 'ring', workers: 2 },
 ];
 
@@ -531,7 +536,7 @@ export async function runInlineBench(): Promise<void> {
           }
           continue;
         }
-        const cfg = writeDaemonConfig(dir, topo, { engine: spec.engine, workers: spec.workers, name: `daemon-${spec.key}.jsonc` });
+        const cfg = writeDaemonConfig(dir, topo, { engine: spec.engine, workers: spec.workers, priority: spec.priority, name: `daemon-${spec.key}.jsonc` });
         const daemon = await startDaemon(topo, cfg);
         try {
           await visit(topo, rec, sender, o, daemonForwarder(topo, daemon));

@@ -157,6 +157,8 @@ export interface BenchCapture {
   workers?: number;
   /** capture.ringBytes; default 128 MiB. */
   ringBytes?: number;
+  /** capture.priority; absent: the daemon's default (packet workers -10, background +10). */
+  priority?: { packet: number; background: number };
   /** File name of the configuration in `dir`; default daemon.jsonc (several can live side by side). */
   name?: string;
 }
@@ -184,6 +186,7 @@ export function writeDaemonConfig(dir: string, topo: GatewayTopology, capture: B
         capture: {
           ...(capture.engine !== undefined ? { engine: capture.engine } : {}),
           ...(capture.workers !== undefined ? { workers: capture.workers } : {}),
+          ...(capture.priority !== undefined ? { priority: capture.priority } : {}),
           ringBytes,
           filter: '',
         },
