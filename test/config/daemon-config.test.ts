@@ -33,7 +33,7 @@ describe('the daemon configuration', () => {
     expect(c.mode).toBe('inline');
     expect([c.interfaces, c.judge]).toEqual([['ga', 'gb'], 'inbound']);
     expect(c.capture.ringBytes).toBe(128 * 1024 * 1024);
-    expect(c.capture.priority).toEqual({ packet: -10, background: 10 });
+    expect(c.capture.priority).toEqual({ packet: 0, background: 10 });
     expect(c.metrics.listen).toBe('127.0.0.1:9490');
     expect(c.rules?.account).toBe(join(ROOT, 'config/rules/account-entrypoint.json'));
     expect(Object.isFrozen(c.capture)).toBe(true);
@@ -55,8 +55,8 @@ describe('the daemon configuration', () => {
     expect(error(() => validateDaemonConfig({ ...minimal, capture: { engine: 'pf_ring' } })).pointer).toBe('/capture/engine');
   });
 
-  it('takes capture.priority (packet -10, background 10 by default) and refuses a nice outside -20..19 or packet above background (5002 with the pointer)', () => {
-    expect(validateDaemonConfig(minimal).capture.priority).toEqual({ packet: -10, background: 10 });
+  it('takes capture.priority (packet 0, background 10 by default) and refuses a nice outside -20..19 or packet above background (5002 with the pointer)', () => {
+    expect(validateDaemonConfig(minimal).capture.priority).toEqual({ packet: 0, background: 10 });
     expect(validateDaemonConfig({ ...minimal, capture: { priority: { packet: 0 } } }).capture.priority).toEqual({ packet: 0, background: 10 });
     const range = error(() => validateDaemonConfig({ ...minimal, capture: { priority: { packet: -21 } } }, 'd.jsonc'));
     expect([range.code, range.pointer]).toEqual([5002, '/capture/priority/packet']);

@@ -74,8 +74,15 @@ describe.runIf(RUN)('moat daemon thread priorities (capture.priority)', () => {
     await topo?.destroy();
   }, 60_000);
 
-  it('runs the ring engine\'s packet workers at nice -10 and the bundle loader at 10 by default, the main thread left at 0, and says so in moat_thread_nice', async () => {
-    const { d, listen } = await daemon({ engine: 'ring', workers: 2, ringBytes: 4 << 20 });
+  it('runs the ring engine\'s packet workers at nice 0 and the bundle loader at 10 by default, raises the workers to -10 when asked, the main thread left at 0, and says so in moat_thread_nice', async () => {
+    const defaults = await daemon({ engine: 'ring', workers: 1, ringBytes: 4 << 20 });
+    try {
+      const n = nices(defaults.d.child.pid!);
+      expect({ packet0: n['moat-packet-0'], loader: n['moat-loader'], main: n['main'] }).toEqual({ packet0: [0], loader: [10], main: [0] });
+    } finally {
+      await stop(defaults.d);
+    }
+    const { d, listen } = await daemon({ engine: 'ring', workers: 2, ringBytes: 4 << 20, priority: { packet: -10, background: 10 } });
     try {
       const n = nices(d.child.pid!);
       expect({ packet0: n['moat-packet-0'], packet1: n['moat-packet-1'], loader: n['moat-loader'], main: n['main'] }).toEqual({ packet0: [-10], packet1: [-10], loader: [10], main: [0] });
@@ -115,7 +122,7 @@ describe.runIf(RUN)('moat daemon thread priorities (capture.priority)', () => {
 
   it('without CAP_SYS_NICE keeps the packet workers at 0, logs why, and still lowers the loader', async () => {
     // Root without CAP_SYS_NICE (dropped from the bounding set, so not regained at exec): raising is refused (EACCES).
-    const { d, listen } = await daemon({ engine: 'ring', workers: 1, ringBytes: 4 << 20 }, ['setpriv', '--inh-caps=-sys_nice', '--bounding-set=-sys_nice']);
+    const { d, listen } = await daemon({ engine: 'ring', workers: 1, ringBytes: 4 << 20, priority: { packet: -10, background: 10 } }, ['setpriv', '--inh-caps=-sys_nice', '--bounding-set=-sys_nice']);
     try {
       const n = nices(d.child.pid!);
       expect({ packet0: n['moat-packet-0'], loader: n['moat-loader'] }).toEqual({ packet0: [0], loader: [10] });
