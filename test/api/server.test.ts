@@ -147,21 +147,53 @@ describe.each(backends)('on $name', (backend) => {
       });
     });
 
-    it('answers 500/7099 without details when the database is gone', async () => {
-      // SQLite: its file closed under the running server. PostgreSQL: the
-      // database refuses connections and the open ones are ended.
-      if (small.database === undefined) small.store.close();
-      else {
-        const db = databaseOf(small.database);
+    if (backend.cluster === undefined) {
+      it('answers 500/7099 without details when the database is gone', async () => {
+        // Its file closed under the running server.
+        small.store.close();
+        await expectInternalError();
+      });
+    } else {
+      it('answers 500/7099 without details when a query fails unexpectedly', async () => {
+        // The rulesets table renamed under the running server: every query on
+        // it fails with an SQL error that is neither an answer nor an outage.
+        const db = databaseOf(small.database!);
+        await backend.cluster!().admin('ALTER TABLE rulesets RENAME TO rulesets_gone', [], db);
+        try {
+          await expectInternalError();
+        } finally {
+          await backend.cluster!().admin('ALTER TABLE rulesets_gone RENAME TO rulesets', [], db);
+        }
+      });
+
+      it('answers 503/8021 naming the server, not its password, when the database refuses connections', async () => {
+        // Closed to new sessions and its open ones ended: whether the pool
+        // still held a (now dead) connection or had to open a new one, the
+        // answer is the same outage.
+        const db = databaseOf(small.database!);
         await backend.cluster!().admin(`ALTER DATABASE ${db} ALLOW_CONNECTIONS false`);
         await backend.cluster!().terminate(db);
-      }
+        for (let i = 0; i < 3; i++) {
+          const r = await fetch(`${base}/accounts/${accountId}/rulesets`, { headers });
+          const text = await r.text();
+          errorBodies.push(text);
+          expect(r.status, text).toBe(503);
+          const json = JSON.parse(text) as { success: boolean; errors: { code: number; message: string }[] };
+          expect(json.success).toBe(false);
+          expect(json.errors.map((e) => e.code)).toEqual([8021]);
+          expect(json.errors[0]!.message).toContain(db);
+          expect(text).not.toContain(backend.cluster!().password);
+        }
+      });
+    }
+
+    async function expectInternalError(): Promise<void> {
       const r = await fetch(`${base}/accounts/${accountId}/rulesets`, { headers });
-      expect(r.status).toBe(500);
       const text = await r.text();
       errorBodies.push(text);
+      expect(r.status, text).toBe(500);
       expect(JSON.parse(text)).toEqual({ success: false, errors: [{ code: 7099, message: 'Internal error' }], messages: [], result: null });
-    });
+    }
   });
 
   describe('routing', () => {

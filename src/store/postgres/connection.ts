@@ -82,6 +82,12 @@ export function isConnectionError(err: unknown): boolean {
   const code = errorCode(err);
   if (NETWORK_CODES.has(code) || GONE_STATES.has(code) || code.startsWith('08')) return true;
   const message = err instanceof Error ? err.message : '';
+  // A database closed to new sessions (ALTER DATABASE ... ALLOW_CONNECTIONS
+  // false, as during maintenance) answers 55000, a class shared with unrelated
+  // SQL errors: only its own message makes it "unreachable". Without this the
+  // same outage answered 503 or 500 depending on whether the pool still held
+  // a (terminated) connection when the request came.
+  if (code === '55000' && /is not currently accepting connections/i.test(message)) return true;
   return /Connection terminated|connection timeout|timeout expired|Client has encountered a connection error|not queryable/i.test(message);
 }
 
