@@ -214,6 +214,35 @@ export function storeContract(name: string, open: () => Promise<ContractSubject>
       await expect(store.daemons.revoke('edge-b')).rejects.toMatchObject({ code: 7401, message: expect.stringContaining('already revoked') });
     });
 
+    it('records a batch of status updates of many daemons in order: runs of one kind at once, a daemon repeated later in the batch after its earlier updates', async () => {
+      await store.users.create({ email: 'f@example.com', accounts: [account] });
+      const ds = [];
+      for (let i = 0; i < 5; i++) ds.push((await store.daemons.create({ accountId: account, name: `fleet-${i}` })).info.id);
+      const t = (s: number) => `2026-02-01T00:00:0${s}.000000Z`;
+      const counters = (n: number) => ({ passed: n, dropped: 0, undecodable: 0, swaps: 1 });
+      await store.daemons.recordStatus([
+        ...ds.map((id, i) => ({ kind: 'connected' as const, id, at: t(0), remoteAddress: `10.0.0.${i}`, moatVersion: '1.0.0' })),
+        ...ds.map((id, i) => ({ kind: 'applied' as const, id, at: t(1), digest: `d${i}`, versions: { account: String(i + 1), zone: i === 0 ? '7' : null }, rulesets: [{ id: 'r', version: String(i + 1) }] })),
+        ...ds.map((id, i) => ({ kind: 'seen' as const, id, at: t(2), counters: counters(i * 10) })),
+        // Without counters: last_seen only, the counters above kept.
+        { kind: 'seen', id: ds[1]!, at: t(3) },
+        { kind: 'seen', id: ds[2]!, at: t(3) },
+        { kind: 'rejected', id: ds[3]!, at: t(4), rejection: { digest: 'bad', on: t(4), errors: [{ code: 5001, message: 'no', pointer: '/rules/0' }] } },
+        { kind: 'rejected', id: ds[4]!, at: t(4), rejection: { digest: 'worse', on: t(4), errors: [] } },
+        // Daemon 0's recorded connection ends; daemon 1's of another connection changes nothing (not even last_seen); daemon 0 comes back in the same batch.
+        { kind: 'disconnected', id: ds[0]!, at: t(5), since: t(0) },
+        { kind: 'disconnected', id: ds[1]!, at: t(5), since: t(9) },
+        { kind: 'disconnected', id: ds[0]!, at: t(6), since: t(0) },
+        { kind: 'connected', id: ds[0]!, at: t(7), remoteAddress: '10.9.9.9', moatVersion: '1.0.1' },
+      ]);
+      const got = new Map((await store.daemons.list({ accountId: account })).map((d) => [d.name, d]));
+      expect(got.get('fleet-0')).toMatchObject({ connected: true, connected_since: t(7), remote_address: '10.9.9.9', moat_version: '1.0.1', digest: 'd0', versions: { account: '1', zone: '7' }, counters: counters(0), last_seen: t(7) });
+      expect(got.get('fleet-1')).toMatchObject({ connected: true, connected_since: t(0), remote_address: '10.0.0.1', digest: 'd1', versions: { account: '2', zone: null }, rulesets: [{ id: 'r', version: '2' }], counters: counters(10), last_seen: t(3) });
+      expect(got.get('fleet-2')).toMatchObject({ connected: true, counters: counters(20), last_seen: t(3), last_rejection: null });
+      expect(got.get('fleet-3')).toMatchObject({ digest: 'd3', counters: counters(30), last_seen: t(4), last_rejection: { digest: 'bad', on: t(4), errors: [{ code: 5001, message: 'no', pointer: '/rules/0' }] } });
+      expect(got.get('fleet-4')).toMatchObject({ digest: 'd4', last_seen: t(4), last_rejection: { digest: 'worse', on: t(4), errors: [] } });
+    });
+
     it('numbers versions 1, 2, 3 and never gives a deleted number again; the latest moves back when the latest is deleted', async () => {
       await store.users.create({ email: 'r@example.com', accounts: [account] });
       const id = newId();

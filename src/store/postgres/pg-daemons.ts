@@ -102,16 +102,84 @@ export class PgDaemonsRepo implements DaemonsRepo {
     return (await this.rows<{ id: string }>('SELECT id FROM daemons WHERE revoked_on IS NOT NULL AND id = ANY($1::text[])', [[...ids]])).map((r) => r.id);
   }
 
+  /**
+   * Writes a batch of status updates in order, one statement per run of
+   * updates of one kind for distinct daemons (a run ends where a daemon
+   * comes again, so each daemon's updates keep their order). One statement
+   * per update, as before, was a round trip each: the hub's batch of 500 acks
+   * held the replica's one write transaction ~100 ms, and every API write
+   * meanwhile waited (channel bench, 2 replicas: the API's write p50 38 ms,
+   * write to every ack p99 443 ms).
+   */
   async recordStatus(updates: readonly StatusUpdate[]): Promise<void> {
+    let i = 0;
+    while (i < updates.length) {
+      const kind = updates[i]!.kind;
+      const ids = new Set<string>();
+      let j = i;
+      while (j < updates.length && updates[j]!.kind === kind && !ids.has(updates[j]!.id)) ids.add(updates[j++]!.id);
+      await this.recordRun(updates.slice(i, j));
+      i = j;
+    }
+  }
+
+  /** One UPDATE ... FROM unnest(arrays) for updates of one kind, each of a different daemon. */
+  private async recordRun(run: readonly StatusUpdate[]): Promise<void> {
     const c = this.ctx.client;
-    for (const u of updates) {
-      const [sql, params] = statusStatement(u);
+    if (run.length === 1) {
+      const [sql, params] = statusStatement(run[0]!);
       // The shared statement has SQLite's ? placeholders (and no ? in text): PostgreSQL's are numbered.
       let n = 0;
       await c.query(
         sql.replace(/\?/g, () => `$${++n}`),
         params,
       );
+      return;
+    }
+    const col = <T extends StatusUpdate>(f: (u: T) => string | null): (string | null)[] => (run as T[]).map(f);
+    const id = col((u) => u.id);
+    const at = col((u) => u.at);
+    const first = run[0]!;
+    switch (first.kind) {
+      case 'connected':
+        await c.query(
+          `UPDATE daemons d SET connected = 1, connected_since = v.at, remote_address = v.address, moat_version = v.moat, last_seen = v.at
+             FROM unnest($1::text[], $2::text[], $3::text[], $4::text[]) AS v(id, at, address, moat) WHERE d.id = v.id`,
+          [id, at, col<Extract<StatusUpdate, { kind: 'connected' }>>((u) => u.remoteAddress), col<Extract<StatusUpdate, { kind: 'connected' }>>((u) => u.moatVersion)],
+        );
+        return;
+      case 'disconnected':
+        // Only the connection that is recorded (as statusStatement).
+        await c.query(
+          `UPDATE daemons d SET connected = 0, disconnected_at = v.at, last_seen = v.at
+             FROM unnest($1::text[], $2::text[], $3::text[]) AS v(id, at, since) WHERE d.id = v.id AND d.connected_since = v.since`,
+          [id, at, col<Extract<StatusUpdate, { kind: 'disconnected' }>>((u) => u.since)],
+        );
+        return;
+      case 'applied': {
+        type Applied = Extract<StatusUpdate, { kind: 'applied' }>;
+        await c.query(
+          `UPDATE daemons d SET digest = v.digest, account_version = v.account, zone_version = v.zone, runs = v.runs, applied_on = v.at, last_seen = v.at
+             FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[]) AS v(id, at, digest, account, zone, runs) WHERE d.id = v.id`,
+          [id, at, col<Applied>((u) => u.digest), col<Applied>((u) => u.versions.account), col<Applied>((u) => u.versions.zone), col<Applied>((u) => JSON.stringify(u.rulesets))],
+        );
+        return;
+      }
+      case 'rejected':
+        await c.query(
+          `UPDATE daemons d SET last_rejection = v.rejection, last_seen = v.at
+             FROM unnest($1::text[], $2::text[], $3::text[]) AS v(id, at, rejection) WHERE d.id = v.id`,
+          [id, at, col<Extract<StatusUpdate, { kind: 'rejected' }>>((u) => JSON.stringify(u.rejection))],
+        );
+        return;
+      case 'seen':
+        // No counters: last_seen only (as statusStatement), the counters kept.
+        await c.query(
+          `UPDATE daemons d SET counters = coalesce(v.counters, d.counters), last_seen = v.at
+             FROM unnest($1::text[], $2::text[], $3::text[]) AS v(id, at, counters) WHERE d.id = v.id`,
+          [id, at, col<Extract<StatusUpdate, { kind: 'seen' }>>((u) => (u.counters === undefined ? null : JSON.stringify(u.counters)))],
+        );
+        return;
     }
   }
 

@@ -135,13 +135,15 @@ export class PgRulesetsRepo implements RulesetsRepo {
     const row = await this.one<{ last_version: number }>('SELECT last_version FROM rulesets WHERE id = $1 FOR UPDATE', [id]);
     if (row === undefined) throw new Error(`ruleset ${id} vanished inside its transaction`);
     const v = row.last_version + 1;
-    for (const r of rules) {
-      await this.ctx.client.query('INSERT INTO ruleset_rules (ruleset_id, rule_id, rule_version, body) VALUES ($1, $2, $3, $4) ON CONFLICT DO NOTHING', [
-        id,
-        r.id,
-        Number(r.version),
-        JSON.stringify(r),
-      ]);
+    // One statement for every rule of the version (arrays as parameters): a
+    // round trip per rule made POST rule on a 20-rule entrypoint ~50
+    // statements, each a round trip, held in the replica's one write transaction.
+    if (rules.length > 0) {
+      await this.ctx.client.query(
+        `INSERT INTO ruleset_rules (ruleset_id, rule_id, rule_version, body)
+           SELECT $1, r.id, r.version, r.body FROM unnest($2::text[], $3::bigint[], $4::text[]) AS r(id, version, body) ON CONFLICT DO NOTHING`,
+        [id, rules.map((r) => r.id), rules.map((r) => Number(r.version)), rules.map((r) => JSON.stringify(r))],
+      );
     }
     const n = newVersion(id, v, description, lastUpdated, rules);
     await this.ctx.client.query('INSERT INTO ruleset_versions (ruleset_id, version, description, last_updated, rules, token) VALUES ($1, $2, $3, $4, $5, $6)', n.values);
@@ -156,11 +158,18 @@ export class PgRulesetsRepo implements RulesetsRepo {
     const c = this.ctx.client;
     await c.query('DELETE FROM ruleset_list_refs WHERE ruleset_id = $1', [id]);
     await c.query('DELETE FROM ruleset_execute_refs WHERE ruleset_id = $1', [id]);
-    for (const name of refs.lists) await c.query('INSERT INTO ruleset_list_refs (ruleset_id, list_name) VALUES ($1, $2) ON CONFLICT DO NOTHING', [id, name]);
-    for (const e of refs.executes) {
+    if (refs.lists.length > 0) {
+      await c.query('INSERT INTO ruleset_list_refs (ruleset_id, list_name) SELECT $1, unnest($2::text[]) ON CONFLICT DO NOTHING', [id, [...refs.lists]]);
+    }
+    // One row per target, the last named winning (as one statement per target
+    // did: DO UPDATE may not touch a row twice in one statement).
+    const executes = new Map(refs.executes.map((e) => [e.id, e.version] as const));
+    if (executes.size > 0) {
       await c.query(
-        'INSERT INTO ruleset_execute_refs (ruleset_id, target_id, target_version) VALUES ($1, $2, $3) ON CONFLICT (ruleset_id, target_id) DO UPDATE SET target_version = EXCLUDED.target_version',
-        [id, e.id, e.version],
+        `INSERT INTO ruleset_execute_refs (ruleset_id, target_id, target_version)
+           SELECT $1, e.id, e.version FROM unnest($2::text[], $3::bigint[]) AS e(id, version)
+           ON CONFLICT (ruleset_id, target_id) DO UPDATE SET target_version = EXCLUDED.target_version`,
+        [id, [...executes.keys()], [...executes.values()]],
       );
     }
   }
