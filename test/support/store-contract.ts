@@ -270,6 +270,64 @@ export function storeContract(name: string, open: () => Promise<ContractSubject>
       expect(await store.rulesets.stamp(id, 3)).toBeUndefined();
     });
 
+    it("changes a deployment's fingerprint on what a daemon of it runs (either entrypoint, a ruleset it executes, a list's content, a managed list), and on nothing else", async () => {
+      const zoneId = newId();
+      await store.users.create({ email: 'f@example.com', accounts: [account], zones: [zoneId] });
+      const other = newId();
+      await store.users.create({ email: 'g@example.com', accounts: [other] });
+      const rule = (rid: string, expression: string) => ({ id: rid, version: '1', action: 'block', expression, description: '', last_updated: '2026-01-01T00:00:00.000000Z', ref: rid, enabled: true });
+      const fp = () => store.daemons.deploymentFingerprint(account, zoneId);
+      const seen = new Set<string>();
+      /** The fingerprint now, which must be new (changed) or the last one seen (unchanged). */
+      let last = await fp();
+      seen.add(last);
+      const expectChange = async (changed: boolean) => {
+        const now = await fp();
+        if (changed) {
+          expect(seen.has(now)).toBe(false);
+          seen.add(now);
+        } else expect(now).toBe(last);
+        last = now;
+      };
+      const [root, zone, managed] = [newId(), newId(), newId()];
+      await store.rulesets.insert({ id: managed, account_id: null, zone_id: null, kind: 'managed', phase: 'network_transit', name: 'm', description: '', created_on: '2026-01-01T00:00:00.000000Z' });
+      await store.write((tx) => tx.rulesets.addVersion(managed, '', '2026-01-01T00:00:01.000000Z', [rule('m1', 'tcp.dstport eq 1')], { lists: [], executes: [] }));
+      await expectChange(false); // a managed ruleset nobody executes yet
+      await store.write(async (tx) => {
+        await tx.rulesets.insert({ id: root, account_id: account, zone_id: null, kind: 'root', phase: 'network_transit', name: 'root', description: '', created_on: '2026-01-01T00:00:00.000000Z' });
+        await tx.rulesets.addVersion(root, '', '2026-01-01T00:00:01.000000Z', [rule('r1', 'ip.src eq 192.0.2.1')], { lists: [], executes: [{ id: managed, version: null }] });
+      });
+      await expectChange(true);
+      await store.write(async (tx) => {
+        await tx.rulesets.insert({ id: zone, account_id: account, zone_id: zoneId, kind: 'zone', phase: 'network_transit', name: 'zone', description: '', created_on: '2026-01-01T00:00:00.000000Z' });
+        await tx.rulesets.addVersion(zone, '', '2026-01-01T00:00:01.000000Z', [rule('z1', 'ip.src eq 192.0.2.2')], { lists: [], executes: [] });
+      });
+      await expectChange(true);
+      expect(await store.daemons.deploymentFingerprint(account, null)).not.toBe(last); // the account level alone leaves the zone out
+      await store.write((tx) => tx.rulesets.addVersion(zone, '', '2026-01-01T00:00:02.000000Z', [rule('z1', 'ip.src eq 192.0.2.3')], { lists: [], executes: [] }));
+      await expectChange(true);
+      await store.write((tx) => tx.rulesets.addVersion(managed, '', '2026-01-01T00:00:02.000000Z', [rule('m1', 'tcp.dstport eq 2')], { lists: [], executes: [] }));
+      await expectChange(true); // executed at its latest version
+      const list = await store.lists.create(account, { name: 'l', kind: 'ip', description: '' }, 10);
+      await expectChange(true);
+      const op = await store.lists.enqueue(account, list.id, 'append', [{ ip: '192.0.2.9' }]);
+      await expectChange(false); // queued, not applied
+      await store.write((tx) => tx.lists.applyOperation(op, 100));
+      await expectChange(true);
+      await store.lists.loadManaged('svc.malware', ['192.0.2.0/24'], 'malware');
+      await expectChange(true);
+      await store.lists.loadManaged('svc.malware', ['192.0.2.0/25'], 'malware');
+      await expectChange(true);
+      // Another account's list and a ruleset that is no entrypoint change nothing.
+      const otherList = await store.lists.create(other, { name: 'l', kind: 'ip', description: '' }, 10);
+      const otherOp = await store.lists.enqueue(other, otherList.id, 'append', [{ ip: '192.0.2.10' }]);
+      expect(await store.write((tx) => tx.lists.applyOperation(otherOp, 100))).toBe('completed');
+      const custom = newId();
+      await store.rulesets.insert({ id: custom, account_id: account, zone_id: null, kind: 'custom', phase: 'network_transit', name: 'c', description: '', created_on: '2026-01-01T00:00:00.000000Z' });
+      await store.write((tx) => tx.rulesets.addVersion(custom, '', '2026-01-01T00:00:01.000000Z', [rule('c1', 'tcp.dstport eq 3')], { lists: [], executes: [] }));
+      await expectChange(false);
+    });
+
     it('pages the rulesets of a level in creation order, managed ones included, and tells who executes a ruleset', async () => {
       await store.users.create({ email: 'p@example.com', accounts: [account] });
       const ids: string[] = [];

@@ -29,7 +29,7 @@ import type { PgListener } from './pg-listener.js';
 import type { PgNotifyFactory } from './pg-notify-factory.js';
 import type { PgRepoContext } from './pg-repo-context.js';
 import type { PgShared } from './pg-shared.js';
-import { PgDaemonsRepo } from './pg-daemons.js';
+import { FINGERPRINT_SQL, PgDaemonsRepo } from './pg-daemons.js';
 import { PgListsRepo } from './pg-lists.js';
 import { PgLoadBalancingRepo } from './pg-load-balancing.js';
 import { PgRulesetsRepo } from './pg-rulesets.js';
@@ -157,7 +157,13 @@ export class PgStore implements Store {
     });
     this.rulesets = this.route('rulesets', {});
     this.lists = this.route('lists', {});
-    this.daemons = this.route('daemons', {});
+    this.daemons = this.route('daemons', {}, {
+      // One statement, one snapshot: on the pool, without BEGIN and COMMIT around it (asked by every hub after every change).
+      deploymentFingerprint: async (accountId: string, zoneId: string | null) => {
+        if (this.isClosed) throw closedError();
+        return (await this.track(this.database.query<{ fp: string }>(FINGERPRINT_SQL, [accountId, zoneId])))[0]!.fp;
+      },
+    });
     this.loadBalancing = this.route('loadBalancing', {}, {
       // Outside a transaction: one of its own (durability is PostgreSQL's either way).
       recordProbes: (probes: readonly ProbeRecord[]) => this.write((tx) => tx.loadBalancing.recordProbes(probes), { durability: 'relaxed' }),
