@@ -37,7 +37,12 @@
 // (3), MOAT_BENCH_CHANNEL_SIDES (ABC: which daemons run; D too when named),
 // MOAT_BENCH_CHANNEL_PRIORITY (off: A and B without thread priorities; main:
 // their main thread raised to -10 as well, a variant measured and not taken), MOAT_BENCH_CHANNEL_WORKERS
-// (C's packet workers, 2), MOAT_BENCH_REPLAY_INTERVAL_MS (C's pacing, 1).
+// (C's packet workers, 2), MOAT_BENCH_REPLAY_INTERVAL_MS (C's pacing, 1),
+// MOAT_BENCH_CHANNEL_CPUS (P/B, e.g. 1/0: the ring side's capture.cpus, its
+// packet workers on CPU P and every other thread of this process on B, and
+// its `moat serve` started under taskset -c B: the control plane and the
+// update's work on one core, the packet loop alone on the other. Pinning takes
+// every thread of this process, so it runs with one side alone: SIDES=C).
 
 import { spawn, type ChildProcess } from 'node:child_process';
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
@@ -62,6 +67,13 @@ const LIST_ROUNDS = Number(process.env.MOAT_BENCH_CHANNEL_LIST_ROUNDS ?? 3);
 const SIDES = process.env.MOAT_BENCH_CHANNEL_SIDES ?? 'ABC';
 const RING_WORKERS = Number(process.env.MOAT_BENCH_CHANNEL_WORKERS ?? 2);
 const LIST_SIZE = 100_000;
+/** MOAT_BENCH_CHANNEL_CPUS=P/B: the ring side's packet CPU and background CPU (its moat serve pinned there too); undefined: no pinning. */
+const CPUS = ((v) => {
+  if (v === undefined || v === '') return undefined;
+  const m = /^(\d+)\/(\d+)$/.exec(v);
+  if (m === null || m[1] === m[2]) throw new Error(`MOAT_BENCH_CHANNEL_CPUS=${v}: give P/B, two different CPUs (e.g. 1/0)`);
+  return { packet: Number(m[1]), background: Number(m[2]) };
+})(process.env.MOAT_BENCH_CHANNEL_CPUS);
 /** MOAT_BENCH_CHANNEL_PRIORITY=off: A and B with capture.priority 0/0 (their loader and intake at nice 0, the main thread not raised). */
 const PRIORITY_OFF = process.env.MOAT_BENCH_CHANNEL_PRIORITY === 'off';
 const BIN = new URL('../src/cli/main.js', import.meta.url).pathname;
@@ -247,14 +259,16 @@ function replayFiles(dir: string): void {
 
 async function ringSide(name: 'C' | 'D'): Promise<RingSide> {
   const dataDir = mkdtempSync(join(tmpdir(), 'moat-bench-chd-'));
-  const serve = spawn(process.execPath, [BIN, 'serve', '--data-dir', dataDir, '--listen', '127.0.0.1:0', '--log-level', 'warn'], { stdio: ['ignore', 'pipe', 'inherit'] });
+  const serveArgs = [BIN, 'serve', '--data-dir', dataDir, '--listen', '127.0.0.1:0', '--log-level', 'warn'];
+  // Pinned: the control plane on the background CPU with the daemon's update work.
+  const serve = CPUS === undefined ? spawn(process.execPath, serveArgs, { stdio: ['ignore', 'pipe', 'inherit'] }) : spawn('taskset', ['-c', String(CPUS.background), process.execPath, ...serveArgs], { stdio: ['ignore', 'pipe', 'inherit'] });
   try {
     const sv = await served(name, dataDir, serve);
     replayFiles(dataDir);
     // The workers inherit this process's environment when they start: where their ports read.
     process.env.MOAT_BENCH_REPLAY_DIR = dataDir;
     const config = validateDaemonConfig(
-      { mode: 'inline', interfaces: ['in0', 'out0'], capture: { workers: RING_WORKERS, ...(name === 'D' ? { priority: { packet: 0, background: 0 } } : {}) }, controlPlane: { url: sv.channel, token: sv.token, stateDir: join(dataDir, 'daemon-state') }, metrics: { enabled: false } },
+      { mode: 'inline', interfaces: ['in0', 'out0'], capture: { workers: RING_WORKERS, ...(name === 'D' ? { priority: { packet: 0, background: 0 } } : {}), ...(CPUS === undefined ? {} : { cpus: { packet: [CPUS.packet], background: [CPUS.background] } }) }, controlPlane: { url: sv.channel, token: sv.token, stateDir: join(dataDir, 'daemon-state') }, metrics: { enabled: false } },
       join(dataDir, 'daemon.jsonc'),
     );
     const source = new ChannelBundleSource(config, { moat: 'bench', intake: 'worker' });
@@ -398,6 +412,10 @@ export async function runChannelDaemonBench(): Promise<void> {
   const rings: RingSide[] = [];
   const load = () => loadavg().map((x) => x.toFixed(2)).join(', ');
   console.log(`load average at the start: ${load()} (sides ${SIDES}; MOAT_BENCH_CHANNEL_SIDES)`);
+  if (CPUS !== undefined) {
+    if (SIDES.replace(/[^ABCD]/g, '').length !== 1 || !/[CD]/.test(SIDES)) throw new Error(`MOAT_BENCH_CHANNEL_CPUS pins every thread of this process: run it with one ring side (MOAT_BENCH_CHANNEL_SIDES=C or D), not ${SIDES}`);
+    console.log(`pinned (MOAT_BENCH_CHANNEL_CPUS): packet workers on CPU ${CPUS.packet}; this process's other threads and its moat serve on CPU ${CPUS.background}`);
+  }
   try {
     // A and B are compared with each other: they run together or not at all.
     if (/[AB]/.test(SIDES)) sides.push(await side('A', 'worker'), await side('B', 'in-thread'));

@@ -52,4 +52,4 @@ export {
   type LiveCaptureStats,
   type LivePacketHandler,
 } from './pcap-live.js';
-export { setThreadPriority, threadNices, type ThreadPriority } from './thread-priority.js';
+export { cpuList, setProcessCpus, setThreadCpus, setThreadPriority, threadCpus, threadNices, type ThreadCpus, type ThreadPriority } from './thread-priority.js';

@@ -118,6 +118,9 @@ export interface RingNative {
   threadNice(): number;
   threadId(): number;
   setThreadName(name: string): void;
+  /** CPU affinity (thread-priority.ts): pins thread `tid` (0 or absent: the calling one) to `cpus` (0 or the errno); the CPUs it may run on. */
+  setThreadAffinity(cpus: readonly number[], tid?: number): number;
+  threadAffinity(tid?: number): number[];
 }
 
 /** Where the built addon may be: beside this file (src, under vitest) or, from dist/src/capture, in the source tree. */

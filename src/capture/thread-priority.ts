@@ -68,3 +68,65 @@ export function threadNices(prefix = '', pid: number | 'self' = 'self'): Array<{
   }
   return out.sort((x, y) => (x.name < y.name ? -1 : x.name > y.name ? 1 : x.tid - y.tid));
 }
+
+/** What pinning a thread did: the CPUs it may run on now, and why it is not pinned as asked (absent: it is). */
+export interface ThreadCpus {
+  readonly cpus: readonly number[];
+  readonly refused?: string | undefined;
+}
+
+/**
+ * Pins thread `tid` of this process (0: the calling thread) to `cpus`
+ * (capture.cpus). Never throws: a refusal is in the answer (a CPU this
+ * process may not use, as a cpuset or `taskset` narrowed it, is EINVAL).
+ */
+export function setThreadCpus(cpus: readonly number[], tid = 0): ThreadCpus {
+  const a = ringAddon();
+  if (!('native' in a)) return { cpus: [], refused: a.problem };
+  const errno = a.native.setThreadAffinity(cpus, tid);
+  const now = a.native.threadAffinity(tid);
+  if (errno === 0) return { cpus: now };
+  const why = errno === 22 ? `CPU${cpus.length === 1 ? '' : 's'} ${cpus.join(',')} not available to this process (it may run on ${cpuList(threadCpus(process.pid))})` : errno === 3 ? 'the thread has ended' : `sched_setaffinity failed with errno ${errno}`;
+  return { cpus: now, refused: why };
+}
+
+/** The CPUs thread `tid` (0: the calling thread; the pid: the main thread) may run on; [] where that cannot be read. */
+export function threadCpus(tid = 0): number[] {
+  const a = ringAddon();
+  return 'native' in a ? a.native.threadAffinity(tid) : [];
+}
+
+/**
+ * Pins every thread this process has now (/proc/self/task: the main thread,
+ * node's and V8's helpers, worker threads) to `cpus`; threads started after
+ * inherit their starter's CPUs. The first refusal, if any, is in the answer
+ * (the others are alike).
+ */
+export function setProcessCpus(cpus: readonly number[]): ThreadCpus & { readonly threads: number } {
+  let tids: string[];
+  try {
+    tids = readdirSync('/proc/self/task');
+  } catch {
+    return { cpus: [], refused: 'not Linux (no /proc/self/task)', threads: 0 };
+  }
+  let refused: string | undefined;
+  let threads = 0;
+  for (const tid of tids) {
+    const r = setThreadCpus(cpus, Number(tid));
+    if (r.refused === undefined) threads++;
+    else if (r.refused !== 'the thread has ended') refused ??= r.refused;
+  }
+  return { cpus: threadCpus(process.pid), refused, threads };
+}
+
+/** CPUs as `taskset -c` writes them: 0-3,6. */
+export function cpuList(cpus: readonly number[]): string {
+  const out: string[] = [];
+  for (let i = 0; i < cpus.length; i++) {
+    let j = i;
+    while (j + 1 < cpus.length && cpus[j + 1] === cpus[j]! + 1) j++;
+    out.push(j > i ? `${cpus[i]}-${cpus[j]}` : String(cpus[i]));
+    i = j;
+  }
+  return out.join(',');
+}

@@ -187,6 +187,25 @@ const schema = z.strictObject({
       priority: z
         .strictObject({ packet: z.number().int().min(-20).max(19).default(0), background: z.number().int().min(-20).max(19).default(10) })
         .default({ packet: 0, background: 10 }),
+      /**
+       * CPU affinity (ring engine; Linux CPU numbers, as `taskset -c` and
+       * /proc/cpuinfo give them): `packet`, the CPUs of the packet workers,
+       * worker i pinned to packet[i mod n] (the workers default to one per
+       * CPU given, at most the RX queues); `background`, where every other
+       * thread of the daemon runs (the main thread with the channel, the
+       * bundle loader and intake, node's and V8's helper threads). Giving
+       * both keeps a swap's work off the packet cores: on the 2-core bench
+       * machine, with the control plane on the background CPU, the packet
+       * worker's longest pause during updates fell to its own steps
+       * (README, "Connect a daemon"). Absent: threads run where the kernel
+       * puts them.
+       */
+      cpus: z
+        .strictObject({
+          packet: z.array(z.number().int().min(0).max(1023)).min(1).max(256),
+          background: z.array(z.number().int().min(0).max(1023)).min(1).max(1024).optional(),
+        })
+        .optional(),
     })
     .default({ ringBytes: 128 << 20, slotBytes: 2048, batchMax: 64, filter: '', priority: { packet: 0, background: 10 } }),
   metrics: z
@@ -320,6 +339,20 @@ export function validateDaemonConfig(raw: unknown, file = '<config>'): DaemonCon
   const libpcap = cap.engine === 'libpcap' || (cap.engine === undefined && cap.filter !== '');
   if (libpcap && cap.workers !== undefined) {
     throw new MoatError('CONFIG_INVALID', `${file}: capture.workers: packet workers are the ring engine's; the libpcap engine${cap.engine === undefined ? ' (chosen for capture.filter)' : ''} reads on the main thread: remove workers`, { file, pointer: '/capture/workers' });
+  }
+  if (cap.cpus !== undefined) {
+    if (libpcap) {
+      throw new MoatError('CONFIG_INVALID', `${file}: capture.cpus: CPU affinity is the ring engine's (its packet workers); the libpcap engine${cap.engine === undefined ? ' (chosen for capture.filter)' : ''} reads on the main thread: remove cpus, or pin the whole process with taskset`, { file, pointer: '/capture/cpus' });
+    }
+    for (const key of ['packet', 'background'] as const) {
+      const list = cap.cpus[key] ?? [];
+      const twice = list.findIndex((cpu, i) => list.indexOf(cpu) !== i);
+      if (twice >= 0) throw new MoatError('CONFIG_INVALID', `${file}: capture.cpus.${key}: CPU ${list[twice]} is named twice`, { file, pointer: `/capture/cpus/${key}/${twice}` });
+    }
+    const shared = (cap.cpus.background ?? []).findIndex((cpu) => cap.cpus!.packet.includes(cpu));
+    if (shared >= 0) {
+      throw new MoatError('CONFIG_INVALID', `${file}: capture.cpus: CPU ${cap.cpus.background![shared]} is both a packet and a background CPU; the point of pinning is to keep the daemon's other work off the packet CPUs: name each CPU once (or leave background out)`, { file, pointer: `/capture/cpus/background/${shared}` });
+    }
   }
   if (c.controlPlane !== undefined) {
     const both = ['rules', 'lists'].filter((k) => given[k] !== undefined);

@@ -57,6 +57,7 @@ export function capturePlan(config: DaemonConfig, host: CaptureHost, file = 'the
       throw new MoatError('DAEMON_PRECHECK', `${file}: capture.engine "ring" cannot run on this host: ${host.ringProblem}; give "engine": "libpcap" to capture through libpcap instead`, { pointer: '/capture/engine' });
     }
     warnings.push(`the ring engine cannot run on this host (${host.ringProblem}): capturing with libpcap instead, one frame at a time on the main thread (give capture.engine to choose explicitly)`);
+    if (cap.cpus !== undefined) warnings.push('capture.cpus is the ring engine\'s: no thread is pinned');
     return { engine: 'libpcap', workers: 0, notes, warnings };
   }
   notes.push(`capture engine ring${cap.engine === undefined ? ' (the default)' : ' (capture.engine)'}`);
@@ -67,11 +68,14 @@ export function capturePlan(config: DaemonConfig, host: CaptureHost, file = 'the
     else notes.push(`${cap.workers} packet worker${cap.workers === 1 ? '' : 's'} (capture.workers)`);
     return { engine: 'ring', workers: cap.workers, notes, warnings };
   }
-  const workers = Math.max(1, Math.min(host.cores, fewest));
+  // With capture.cpus, one worker per packet CPU rather than per core.
+  const cores = cap.cpus?.packet.length ?? host.cores;
+  const per = cap.cpus === undefined ? 'core' : 'packet CPU (capture.cpus)';
+  const workers = Math.max(1, Math.min(cores, fewest));
   notes.push(
-    workers < host.cores
-      ? `${workers} packet worker${workers === 1 ? '' : 's'}: ${host.cores} cores, but ${config.interfaces.map((i, k) => `${i} has ${queues[k]} RX queue${queues[k] === 1 ? '' : 's'}`).join(', ')} (give capture.workers for more)`
-      : `${workers} packet worker${workers === 1 ? '' : 's'}: one per core`,
+    workers < cores
+      ? `${workers} packet worker${workers === 1 ? '' : 's'}: ${cores} ${per === 'core' ? 'cores' : 'packet CPUs (capture.cpus)'}, but ${config.interfaces.map((i, k) => `${i} has ${queues[k]} RX queue${queues[k] === 1 ? '' : 's'}`).join(', ')} (give capture.workers for more)`
+      : `${workers} packet worker${workers === 1 ? '' : 's'}: one per ${per}`,
   );
   return { engine: 'ring', workers, notes, warnings };
 }

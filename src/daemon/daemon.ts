@@ -8,7 +8,7 @@
 
 import { createServer, type Server } from 'node:http';
 import type { Logger } from 'pino';
-import { ringEngineAvailable, type FrameSource, type SourceStats } from '../capture/index.js';
+import { cpuList, ringEngineAvailable, setProcessCpus, threadCpus, type FrameSource, type SourceStats } from '../capture/index.js';
 import { loadDaemonConfig, type DaemonConfig } from '../config/index.js';
 import { BundleError, BundleLoader, FrameInspector, PacketPath, PathCounters, type CompiledRule, type Evaluator, type LoadedBundle, type TransferredBundle } from '../engine/index.js';
 import { ERRORS, MoatError, type ErrorName } from '../errors/index.js';
@@ -190,6 +190,8 @@ export class Daemon {
     };
     let bundle: LoadedBundle | TransferredBundle;
     if (plan.engine === 'ring') {
+      // Pinned first, so that the loader, intake and packet workers start from the background CPUs (threads inherit their starter's).
+      if (c.capture.cpus !== undefined) this.pinThreads(c.capture.cpus);
       bundle = await this.loadRing(); // throws: a daemon does not start without a valid bundle
       this.ports = c.interfaces.map((name, i) => portOf(new WorkerPortView(name), i, null, new PathCounters()));
       await this.startWorkers(bundle, plan.workers);
@@ -414,6 +416,31 @@ export class Daemon {
   }
 
   /**
+   * capture.cpus: refuses CPUs this process may not run on (5012, before any
+   * thread is pinned), then pins every thread the process has to the
+   * background CPUs; the packet workers pin themselves (packet-worker.ts).
+   */
+  private pinThreads(cpus: NonNullable<DaemonConfig['capture']['cpus']>): void {
+    const allowed = threadCpus(process.pid);
+    if (allowed.length > 0) {
+      for (const [key, list] of [['packet', cpus.packet], ['background', cpus.background ?? []]] as const) {
+        const i = list.findIndex((cpu) => !allowed.includes(cpu));
+        if (i >= 0) {
+          throw new MoatError('DAEMON_PRECHECK', `${this.options.configFile ?? 'the configuration'}: capture.cpus.${key}: CPU ${list[i]} is not one this process may run on (${cpuList(allowed)}: the host's CPUs, as narrowed by taskset or a cpuset); name CPUs among them`, { pointer: `/capture/cpus/${key}/${i}` });
+        }
+      }
+    }
+    const packet = `packet workers on CPU${cpus.packet.length === 1 ? '' : 's'} ${cpuList(cpus.packet)}`;
+    if (cpus.background === undefined) {
+      this.log.info({ cpus }, `capture.cpus: ${packet}; the daemon's other threads where the kernel puts them (give capture.cpus.background to keep them off the packet CPUs)`);
+      return;
+    }
+    const r = setProcessCpus(cpus.background);
+    if (r.refused !== undefined) throw new MoatError('DAEMON_PRECHECK', `capture.cpus.background: the daemon's threads could not be pinned: ${r.refused}`, { pointer: '/capture/cpus/background' });
+    this.log.info({ cpus, threads: r.threads }, `capture.cpus: ${packet}; the daemon's other ${r.threads} threads (and those it starts) on CPU${cpus.background.length === 1 ? '' : 's'} ${cpuList(cpus.background)}`);
+  }
+
+  /**
    * Ring engine: N packet workers, each opening every port in the same order,
    * port i joining PACKET_FANOUT_HASH group (pid-derived base + i): the kernel
    * hashes a flow's addresses and ports symmetrically (skb flow dissector,
@@ -445,6 +472,7 @@ export class Daemon {
       hold: awaiting ? (c.mode === 'inline' && c.failOpen ? 'pass' : 'drop') : undefined,
       log: this.log,
       nice: c.capture.priority.packet,
+      cpus: c.capture.cpus?.packet,
     });
   }
 

@@ -3,7 +3,7 @@
 // SharedArrayBuffers through which the running generation is flipped and the
 // counters are read without messaging.
 
-import type { BatchPortOptions, ThreadPriority } from '../capture/index.js';
+import type { BatchPortOptions, ThreadCpus, ThreadPriority } from '../capture/index.js';
 import { COUNTER_SLOTS, type LoadErrorData, type TransferredBundle, type UndecodablePolicy } from '../engine/index.js';
 
 /** The control words (an Int32Array over a SharedArrayBuffer): the generation every worker judges with. */
@@ -117,6 +117,8 @@ export interface PacketWorkerData {
   readonly stallPrepareMs?: number | undefined;
   /** The thread's nice value (capture.priority.packet); undefined: left as inherited. */
   readonly nice?: number | undefined;
+  /** The CPUs the thread pins itself to (capture.cpus.packet, this worker's share); undefined: left as inherited. */
+  readonly cpus?: readonly number[] | undefined;
 }
 
 /** What a prepare cost the worker's event loop. */
@@ -136,7 +138,7 @@ export type ToWorker =
   | { readonly type: 'stop' };
 
 export type FromWorker =
-  | { readonly type: 'ready'; readonly gen: number; readonly cost: PrepareCost; readonly tableShared: boolean; readonly tableBytes: number; readonly priority: ThreadPriority }
+  | { readonly type: 'ready'; readonly gen: number; readonly cost: PrepareCost; readonly tableShared: boolean; readonly tableBytes: number; readonly priority: ThreadPriority; readonly cpus?: ThreadCpus | undefined }
   | { readonly type: 'prepared'; readonly gen: number; readonly ok: true; readonly cost: PrepareCost; readonly at: string }
   | { readonly type: 'prepared'; readonly gen: number; readonly ok: false; readonly error: LoadErrorData }
   | { readonly type: 'failed'; readonly error: LoadErrorData }

@@ -7,7 +7,7 @@
 // generation number, which it does once every worker has prepared it.
 
 import { parentPort, workerData } from 'node:worker_threads';
-import { setThreadPriority, type BatchPort, type BatchPortOpener, type FrameBatch } from '../capture/index.js';
+import { setThreadCpus, setThreadPriority, type BatchPort, type BatchPortOpener, type FrameBatch } from '../capture/index.js';
 import { BundleImporter, COUNTER_SLOTS, FrameInspector, loadErrorData, PacketPath, PathCounters, tableIsShared, type TransferredBundle } from '../engine/index.js';
 import {
   CTL_GEN, CTL_HOLD, HOLD_PASS, PORT_SLOTS, S_BAD_CHECKSUM, S_BATCHES, S_BYTES, S_CHECKSUM_SAMPLED, S_FREEZES, S_LINK_UP, S_PACKETS, S_RING_DROPS, S_SEND_ERRORS, S_SENT, S_TRUNCATED, S_UNJUDGED,
@@ -237,6 +237,8 @@ async function start(): Promise<void> {
   let ready: FromWorker;
   // First, before the bundle's work: raised above the daemon's other threads (see capture's thread-priority.ts).
   const priority = setThreadPriority(`moat-packet-${data.index}`, data.nice);
+  // Pinned before the bundle's work too, so that none of it runs on a background CPU the pin would leave.
+  const cpus = data.cpus === undefined ? undefined : setThreadCpus(data.cpus);
   try {
     const first = await prepare(data.bundle);
     paths = first.paths;
@@ -249,7 +251,7 @@ async function start(): Promise<void> {
     if (typeof open !== 'function') throw new Error(`${data.opener.module} exports no BatchPortOpener named ${data.opener.name}`);
     for (const s of specs) ports.push((open as BatchPortOpener)(s.iface, s.options ?? {}));
     const table = data.bundle.table === null ? { shared: false, bytes: 0 } : tableIsShared(data.bundle.table);
-    ready = { type: 'ready', gen, cost: first.cost, tableShared: table.shared, tableBytes: table.bytes, priority };
+    ready = { type: 'ready', gen, cost: first.cost, tableShared: table.shared, tableBytes: table.bytes, priority, cpus };
   } catch (err) {
     for (const bp of ports) bp.close();
     ports = [];

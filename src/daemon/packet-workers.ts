@@ -22,7 +22,7 @@ import { existsSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
 import { Worker } from 'node:worker_threads';
 import type { Logger } from 'pino';
-import type { ThreadPriority } from '../capture/index.js';
+import { cpuList, type ThreadPriority } from '../capture/index.js';
 import { COUNTER_SLOTS, loadErrorOf, PathCounters, shareBundle, type TransferredBundle } from '../engine/index.js';
 import { ERRORS, MoatError } from '../errors/index.js';
 import {
@@ -66,6 +66,8 @@ export interface PacketWorkersOptions {
   readonly log: Logger;
   /** The workers' nice value (capture.priority.packet; see capture's thread-priority.ts); undefined: left as inherited. */
   readonly nice?: number | undefined;
+  /** The packet CPUs (capture.cpus.packet): worker i pins itself to cpus[i mod n]; undefined: not pinned. */
+  readonly cpus?: readonly number[] | undefined;
   readonly script?: URL | undefined;
   /** For tests: the workers (by index) that fail every prepare after their first. */
   readonly failPrepareIn?: readonly number[] | undefined;
@@ -340,6 +342,7 @@ export class PacketWorkers {
       slowPrepareMs: this.options.slowPrepare?.worker === w ? this.options.slowPrepare.ms : undefined,
       stallPrepareMs: this.options.stallPrepare?.worker === w ? this.options.stallPrepare.ms : undefined,
       nice: this.options.nice,
+      cpus: this.options.cpus === undefined ? undefined : [this.options.cpus[w % this.options.cpus.length]!],
     };
     if (this.current.bundle.table !== null) this.table = { id: this.current.bundle.tableId, parts: this.current.bundle.table };
     const t = new Worker(this.script, { name: `moat-packet-${w}`, workerData: data });
@@ -365,6 +368,9 @@ export class PacketWorkers {
       // Said once (by worker 0, and again by a restarted one): every worker asks the same and gets the same answer.
       if (m.priority.refused !== undefined && (w === 0 || slot.restarts > 0)) {
         this.options.log.warn({ worker: w, asked: m.priority.asked, nice: m.priority.nice }, `packet workers: nice ${m.priority.asked} ${m.priority.refused}; they run at ${m.priority.nice}, and the daemon's update work can delay their batches`);
+      }
+      if (m.cpus?.refused !== undefined) {
+        this.options.log.warn({ worker: w, cpus: m.cpus.cpus }, `packet worker ${w}: not pinned as capture.cpus asks: ${m.cpus.refused}; it runs on CPUs ${cpuList(m.cpus.cpus)}`);
       }
       this.startWaiters.get(w)?.resolve();
       this.startWaiters.delete(w);

@@ -87,6 +87,24 @@ describe('the daemon configuration', () => {
     expect(error(() => validateDaemonConfig({ ...minimal, metrics: { listen: 'localhost' } }, 'd.jsonc')).message).toMatch(/metrics\.listen: HOST:PORT/);
   });
 
+  it('takes capture.cpus for the ring engine and refuses it for libpcap, a CPU named twice, or one both packet and background (5002 with the pointer)', () => {
+    expect(validateDaemonConfig(minimal).capture.cpus).toBeUndefined();
+    expect(validateDaemonConfig({ ...minimal, capture: { cpus: { packet: [1, 2], background: [0] } } }).capture.cpus).toEqual({ packet: [1, 2], background: [0] });
+    const cases: Array<[unknown, string, string]> = [
+      [{ engine: 'libpcap', cpus: { packet: [1] } }, '/capture/cpus', 'the libpcap engine reads on the main thread'],
+      [{ filter: 'tcp', cpus: { packet: [1] } }, '/capture/cpus', '(chosen for capture.filter)'],
+      [{ cpus: { packet: [1, 2, 1] } }, '/capture/cpus/packet/2', 'CPU 1 is named twice'],
+      [{ cpus: { packet: [1], background: [0, 1] } }, '/capture/cpus/background/1', 'CPU 1 is both a packet and a background CPU'],
+      [{ cpus: { packet: [] } }, '/capture/cpus/packet', ''],
+      [{ cpus: { packet: [-1] } }, '/capture/cpus/packet/0', ''],
+      [{ cpus: { background: [0] } }, '/capture/cpus/packet', ''],
+    ];
+    for (const [capture, pointer, text] of cases) {
+      const e = error(() => validateDaemonConfig({ ...minimal, capture }, 'd.jsonc'));
+      expect([e.code, e.pointer, e.message.includes(text)]).toEqual([5002, pointer, true]);
+    }
+  });
+
   it('says that a configuration with neither rules nor controlPlane has nothing to enforce', () => {
     const e = error(() => validateDaemonConfig({ mode: 'monitor', interfaces: ['eth0'] }, 'd.jsonc'));
     expect([e.code, e.message, e.pointer]).toEqual([5002, 'd.jsonc: neither rules nor controlPlane: give rules (ruleset files) or controlPlane (a control plane to take them from)', '/rules']);

@@ -17,6 +17,13 @@ describe('the capture plan', () => {
     expect(veth.notes.join(' ')).toContain('gb has 1 RX queue');
   });
 
+  it('with capture.cpus starts one worker per packet CPU (at most the RX queues), and warns that nothing is pinned when it falls back to libpcap', () => {
+    expect(capturePlan(inline({ cpus: { packet: [2, 3, 5], background: [0] } }), host({ cores: 8 }))).toMatchObject({ engine: 'ring', workers: 3, notes: ['capture engine ring (the default)', '3 packet workers: one per packet CPU (capture.cpus)'] });
+    expect(capturePlan(inline({ cpus: { packet: [2, 3, 5] } }), host({ rxQueues: () => 2 })).workers).toBe(2);
+    expect(capturePlan(inline({ workers: 4, cpus: { packet: [1] } }), host()).workers).toBe(4);
+    expect(capturePlan(inline({ cpus: { packet: [1] } }), host({ ringProblem: 'no AF_PACKET' })).warnings).toEqual([expect.stringContaining('no AF_PACKET'), "capture.cpus is the ring engine's: no thread is pinned"]);
+  });
+
   it('takes capture.workers as given, saying when it exceeds the RX queues', () => {
     const p = capturePlan(inline({ workers: 3 }), host({ rxQueues: () => 1 }));
     expect(p.workers).toBe(3);

@@ -3,7 +3,9 @@
 // real daemon process. The packet workers run raised (nice -10 by default) and
 // the bundle loader lowered (10), with either engine; the main thread stays at
 // 0 (the libpcap engine's packet loop too: see README); a daemon without CAP_SYS_NICE keeps its packet workers at 0
-// and says so in its log and in moat_thread_nice.
+// and says so in its log and in moat_thread_nice. CPU affinity (capture.cpus),
+// read from Cpus_allowed_list in /proc/<pid>/task/<tid>/status: packet workers
+// on their CPUs, every other thread on the background CPUs.
 import { readdirSync, readFileSync, writeFileSync, mkdtempSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -11,7 +13,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { BIN, ensureBuilt } from '../support/cli.js';
 import { exec, gatewayTopology, requireRoot, spawnIn, type GatewayTopology, type NsProcess } from '../support/netns.js';
 
-const RUN = requireRoot(['setpriv']);
+const RUN = requireRoot(['setpriv', 'taskset']);
 const dir = mkdtempSync(join(tmpdir(), 'moat-priority-e2e-'));
 const ACCOUNT = join(dir, 'account.json');
 
@@ -34,6 +36,25 @@ function nices(pid: number): Record<string, number[]> {
   }
   return out;
 }
+
+/** The CPUs each of a process's threads may run on (Cpus_allowed_list), by name ('main' for the main thread). */
+function cpus(pid: number): Array<{ name: string; cpus: string }> {
+  return readdirSync(`/proc/${pid}/task`).map((tid) => {
+    const status = readFileSync(`/proc/${pid}/task/${tid}/status`, 'utf8');
+    const name = Number(tid) === pid ? 'main' : readFileSync(`/proc/${pid}/task/${tid}/comm`, 'utf8').trim();
+    return { name, cpus: /^Cpus_allowed_list:\s*(\S+)/m.exec(status)![1]! };
+  });
+}
+
+/** Two CPUs this test process may use (capture.cpus needs two); undefined on a one-CPU host. */
+const CPUS = (() => {
+  const list = /^Cpus_allowed_list:\s*(\S+)/m.exec(readFileSync('/proc/self/status', 'utf8'))![1]!;
+  const all = list.split(',').flatMap((r) => {
+    const [a, b] = r.split('-').map(Number);
+    return Array.from({ length: (b ?? a!) - a! + 1 }, (_, i) => a! + i);
+  });
+  return all.length >= 2 ? ([all[0]!, all[1]!] as const) : undefined;
+})();
 
 describe.runIf(RUN)('moat daemon thread priorities (capture.priority)', () => {
   let topo: GatewayTopology;
@@ -108,6 +129,39 @@ describe.runIf(RUN)('moat daemon thread priorities (capture.priority)', () => {
     } finally {
       await stop(libpcap.d);
     }
+  }, 60_000);
+
+  it('pins the packet workers to capture.cpus.packet and every other thread, node\'s helpers included, to capture.cpus.background', async () => {
+    // Under CI=true a one-CPU host fails here rather than skip (the machine this runs on has 2).
+    if (CPUS === undefined) expect.fail('capture.cpus needs two CPUs; this host has one');
+    const [bg, pk] = CPUS!;
+    const { d } = await daemon({ engine: 'ring', workers: 2, ringBytes: 4 << 20, cpus: { packet: [pk], background: [bg] } });
+    try {
+      const threads = cpus(d.child.pid!);
+      const packet = threads.filter((t) => t.name.startsWith('moat-packet-'));
+      const other = threads.filter((t) => !t.name.startsWith('moat-packet-'));
+      expect(packet.map((t) => t.cpus)).toEqual([String(pk), String(pk)]);
+      // The main thread, the loader, libuv's and V8's threads (started before the daemon's code ran): all on the background CPU.
+      expect(other.length).toBeGreaterThan(3);
+      expect(other.filter((t) => t.cpus !== String(bg))).toEqual([]);
+      expect(other.map((t) => t.name)).toEqual(expect.arrayContaining(['main', 'moat-loader']));
+      const info = d.lines.map((l) => JSON.parse(l) as { msg: string }).find((l) => l.msg.startsWith('capture.cpus:'));
+      expect(info?.msg).toMatch(new RegExp(`^capture.cpus: packet workers on CPU ${pk}; the daemon's other \\d+ threads \\(and those it starts\\) on CPU ${bg}$`));
+    } finally {
+      await stop(d);
+    }
+  }, 60_000);
+
+  it('refuses a packet CPU the process may not run on (taskset), with 5012 naming it, before starting anything', async () => {
+    if (CPUS === undefined) expect.fail('capture.cpus needs two CPUs; this host has one');
+    const [bg, pk] = CPUS!;
+    const listen = ++port;
+    const file = join(dir, `daemon-${listen}.jsonc`);
+    writeFileSync(file, JSON.stringify({ mode: 'inline', interfaces: { outside: topo.gateway.portA, inside: topo.gateway.portB }, rules: { account: ACCOUNT }, capture: { engine: 'ring', cpus: { packet: [pk], background: [bg] } }, metrics: { listen: `127.0.0.1:${listen}` } }));
+    const r = await exec(topo.gateway.ns, 'taskset', ['-c', String(bg), process.execPath, BIN, 'daemon', '--config', file], { check: false });
+    expect(r.code).toBe(1);
+    expect(r.stderr + r.stdout).toContain(`capture.cpus.packet: CPU ${pk} is not one this process may run on (${bg}`);
+    expect(r.stderr + r.stdout).toContain('5012');
   }, 60_000);
 
   it('leaves every thread at 0 with both priorities 0', async () => {

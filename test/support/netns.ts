@@ -126,6 +126,7 @@ const TOOL_PACKAGES: Record<string, string> = {
   ping: 'iputils-ping',
   tcpdump: 'tcpdump',
   setpriv: 'util-linux',
+  taskset: 'util-linux',
   cc: 'gcc', // the inline benchmark's floor forwarder (bench/floor-forwarder.c); .ci/install's g++ brings it
 };
 

@@ -822,12 +822,72 @@ static napi_value js_set_thread_name(napi_env env, napi_callback_info info) {
   return NULL;
 }
 
+// CPU affinity (capture.cpus): a thread of the daemon pinned to CPUs, so the
+// packet workers get cores of their own, away from the daemon's update work
+// (and, where the host gives it one, from the control plane). Linux affinity
+// is per thread too: sched_setaffinity(tid) changes that thread only, and a
+// thread it creates afterwards inherits the mask. Any thread of the process
+// may pin any other of it (the daemon's main thread pins the threads node and
+// V8 started before it ran), and no privilege is needed within the CPUs the
+// process's cpuset allows: a CPU outside them is EINVAL.
+
+#include <sched.h>
+
+/** setThreadAffinity(cpus, tid = 0): 0 when thread `tid` (0: the calling one) may now run on `cpus` only, else the errno (EINVAL: none of them allowed, ESRCH: no such thread). */
+static napi_value js_set_thread_affinity(napi_env env, napi_callback_info info) {
+  size_t argc = 2;
+  napi_value argv[2], out;
+  uint32_t n = 0;
+  int32_t tid = 0;
+  cpu_set_t set;
+  CHECK(napi_get_cb_info(env, info, &argc, argv, NULL, NULL));
+  if (argc > 1) CHECK(napi_get_value_int32(env, argv[1], &tid));
+  CHECK(napi_get_array_length(env, argv[0], &n));
+  CPU_ZERO(&set);
+  for (uint32_t i = 0; i < n; i++) {
+    napi_value v;
+    int32_t cpu;
+    CHECK(napi_get_element(env, argv[0], i, &v));
+    CHECK(napi_get_value_int32(env, v, &cpu));
+    if (cpu < 0 || cpu >= CPU_SETSIZE) {
+      CHECK(napi_create_int32(env, EINVAL, &out));
+      return out;
+    }
+    CPU_SET(cpu, &set);
+  }
+  int rc = sched_setaffinity((pid_t)tid, sizeof set, &set) == 0 ? 0 : errno;
+  CHECK(napi_create_int32(env, rc, &out));
+  return out;
+}
+
+/** threadAffinity(tid = 0): the CPUs thread `tid` (0: the calling one) may run on, ascending; [] when it cannot be read. */
+static napi_value js_thread_affinity(napi_env env, napi_callback_info info) {
+  size_t argc = 1;
+  napi_value argv[1], out;
+  int32_t tid = 0;
+  cpu_set_t set;
+  CHECK(napi_get_cb_info(env, info, &argc, argv, NULL, NULL));
+  if (argc > 0) CHECK(napi_get_value_int32(env, argv[0], &tid));
+  CHECK(napi_create_array(env, &out));
+  if (sched_getaffinity((pid_t)tid, sizeof set, &set) != 0) return out;
+  uint32_t k = 0;
+  for (int cpu = 0; cpu < CPU_SETSIZE; cpu++) {
+    if (!CPU_ISSET(cpu, &set)) continue;
+    napi_value v;
+    CHECK(napi_create_int32(env, cpu, &v));
+    CHECK(napi_set_element(env, out, k++, v));
+  }
+  return out;
+}
+
 static napi_status define_thread_priority(napi_env env, napi_value exports) {
   napi_property_descriptor props[] = {
       {"setThreadNice", NULL, js_set_thread_nice, NULL, NULL, NULL, napi_enumerable, NULL},
       {"threadNice", NULL, js_thread_nice, NULL, NULL, NULL, napi_enumerable, NULL},
       {"threadId", NULL, js_thread_id, NULL, NULL, NULL, napi_enumerable, NULL},
       {"setThreadName", NULL, js_set_thread_name, NULL, NULL, NULL, napi_enumerable, NULL},
+      {"setThreadAffinity", NULL, js_set_thread_affinity, NULL, NULL, NULL, napi_enumerable, NULL},
+      {"threadAffinity", NULL, js_thread_affinity, NULL, NULL, NULL, napi_enumerable, NULL},
   };
   return napi_define_properties(env, exports, sizeof props / sizeof props[0], props);
 }
