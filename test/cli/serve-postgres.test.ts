@@ -38,6 +38,14 @@ describe.runIf(run)('moat serve on PostgreSQL', () => {
     const again = await written(ca.rulesets.get(created.id, { account_id: creds.accountId }));
     expect(again.version).toBe('2');
     expect(again.rules.map((r) => r.expression)).toEqual(['tcp.dstport == 23']);
+    // An entrypoint's stamp is remembered by each replica until a change notice arrives: B, having answered
+    // version 2 (and remembered it), answers version 3 written through A once A's notice reaches it.
+    expect((await cb.rulesets.phases.get(PHASE, { account_id: creds.accountId })).version).toBe('2');
+    await written(ca.rulesets.update(created.id, { account_id: creds.accountId, rules: [{ action: 'block', expression: 'tcp.dstport == 24' }] }));
+    const deadline = Date.now() + 5_000;
+    let seenThrough: string | undefined;
+    while (Date.now() < deadline && (seenThrough = (await cb.rulesets.phases.get(PHASE, { account_id: creds.accountId })).version) !== '3') await new Promise((r) => setTimeout(r, 20));
+    expect(seenThrough).toBe('3');
   }, 60_000);
 
   it('starts three replicas at once on an empty database: the schema is migrated once and exactly one of them creates the first user', async () => {

@@ -66,7 +66,7 @@ export class PgRulesetsRepo implements RulesetsRepo {
   async entrypointStamp(level: Visibility, phase: string, version?: number): Promise<VersionStamp | undefined> {
     // Remembered while the change epoch is unchanged (as RulesetStore.entrypointStamp).
     const epoch = this.shared.epoch();
-    const key = `${level.accountId}/${level.zoneId ?? ''}/${phase}/${version ?? ''}`;
+    const key = stampMemoKey(level, phase, version);
     const m = this.shared.stamps.get(key);
     if (m !== undefined && m.epoch === epoch) return m.stamp;
     const stamp = await this.readEntrypointStamp(level, phase, version);
@@ -197,4 +197,9 @@ export class PgRulesetsRepo implements RulesetsRepo {
   executedBy(targetId: string): Promise<{ ruleset_id: string; target_version: number | null }[]> {
     return this.rows('SELECT ruleset_id, target_version FROM ruleset_execute_refs WHERE target_id = $1', [targetId]);
   }
+}
+
+/** The key of an entrypoint's remembered stamp in PgShared.stamps (also read by PgStore without a transaction). */
+export function stampMemoKey(level: Visibility, phase: string, version?: number): string {
+  return `${level.accountId}/${level.zoneId ?? ''}/${phase}/${version ?? ''}`;
 }
