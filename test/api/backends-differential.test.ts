@@ -142,6 +142,7 @@ async function script(s: Session): Promise<void> {
   await s.send('items page back', 'GET', `${lists}/${listId}/items?per_page=3&cursor=${page.json.result_info.cursors.before as string}`);
   await s.send('items search', 'GET', `${lists}/${listId}/items?search=192.0.2`);
   await s.send('items bad cursor', 'GET', `${lists}/${listId}/items?cursor=%21%21`);
+  await s.send('items of an unknown list', 'GET', `${lists}/${newIdLike(5)}/items?per_page=3`);
   const item = (page.json.result as { id: string }[])[0]!;
   await s.send('get item', 'GET', `${lists}/${listId}/items/${item.id}`);
   await s.send('unknown item', 'GET', `${lists}/${listId}/items/${newIdLike(4)}`);

@@ -122,29 +122,8 @@ export class PgListsRepo implements ListsRepo {
   }
 
   async items(accountId: string, listId: string, options: { cursor?: string | undefined; perPage: number; search?: string | undefined }): Promise<ItemPage> {
-    await this.getOrThrow(accountId, listId);
-    const args: unknown[] = [listId];
-    const where = ['list_id = $1'];
-    if (options.search !== undefined && options.search !== '') {
-      const s = options.search.toLowerCase();
-      args.push(s.length, s);
-      where.push(`substr(ip, 1, $${args.length - 1}) = $${args.length}`);
-    }
-    let dir: 'a' | 'b' = 'a';
-    if (options.cursor !== undefined && options.cursor !== '') {
-      const c = decodeCursor(options.cursor);
-      if (c === undefined) throw new MoatError('API_BAD_QUERY', 'cursor is not one this API returned', { pointer: 'cursor' });
-      dir = c.dir;
-      args.push(c.key);
-      where.push(dir === 'a' ? `sort_key > $${args.length}` : `sort_key < $${args.length}`);
-    }
-    args.push(options.perPage + 1);
-    // One row more than a page says whether the page has a neighbour that way.
-    const rows = await this.rows<ItemRow>(
-      `SELECT id, ip, sort_key, comment, created_on, modified_on FROM list_items WHERE ${where.join(' AND ')} ORDER BY sort_key ${dir === 'a' ? 'ASC' : 'DESC'} LIMIT $${args.length}`,
-      args,
-    );
-    return itemPage(rows, options.perPage, dir, options.cursor !== undefined && options.cursor !== '');
+    const q = itemsQuery(accountId, listId, options);
+    return itemsAnswer(q, await this.rows<ItemRow & { found: number | null }>(q.sql, q.args));
   }
 
   async item(accountId: string, listId: string, itemId: string): Promise<ListItemObject> {
@@ -307,4 +286,43 @@ export class PgListsRepo implements ListsRepo {
     const rows = await this.rows<{ entry: string }>('SELECT entry FROM managed_list_entries WHERE name = $1 ORDER BY entry COLLATE "C"', [canonical]);
     return rows.map((r) => r.entry);
   }
+}
+
+/**
+ * A page of a list's items as one statement: the list's existence and the
+ * page in one snapshot, so PgStore runs it on the pool without BEGIN and
+ * COMMIT (4 round trips a page before; bench api, a page of 25: 685 us of
+ * server CPU against SQLite's 142). `found` is null when the account has no
+ * such list; a row with a null id stands for an empty page.
+ */
+export function itemsQuery(accountId: string, listId: string, options: { cursor?: string | undefined; perPage: number; search?: string | undefined }): { sql: string; args: unknown[]; dir: 'a' | 'b'; hasCursor: boolean; listId: string; perPage: number } {
+  const args: unknown[] = [listId, accountId];
+  const where = ['list_id = $1'];
+  if (options.search !== undefined && options.search !== '') {
+    const s = options.search.toLowerCase();
+    args.push(s.length, s);
+    where.push(`substr(ip, 1, $${args.length - 1}) = $${args.length}`);
+  }
+  let dir: 'a' | 'b' = 'a';
+  const hasCursor = options.cursor !== undefined && options.cursor !== '';
+  if (hasCursor) {
+    const c = decodeCursor(options.cursor!);
+    if (c === undefined) throw new MoatError('API_BAD_QUERY', 'cursor is not one this API returned', { pointer: 'cursor' });
+    dir = c.dir;
+    args.push(c.key);
+    where.push(dir === 'a' ? `sort_key > $${args.length}` : `sort_key < $${args.length}`);
+  }
+  // One row more than a page says whether the page has a neighbour that way.
+  args.push(options.perPage + 1);
+  const sql = `SELECT (SELECT 1 FROM lists WHERE id = $1 AND account_id = $2) AS found, i.id, i.ip, i.sort_key, i.comment, i.created_on, i.modified_on
+    FROM (SELECT 1) d LEFT JOIN LATERAL (SELECT id, ip, sort_key, comment, created_on, modified_on FROM list_items WHERE ${where.join(' AND ')} ORDER BY sort_key ${dir === 'a' ? 'ASC' : 'DESC'} LIMIT $${args.length}) i ON true
+    ORDER BY i.sort_key ${dir === 'a' ? 'ASC' : 'DESC'}`;
+  return { sql, args, dir, hasCursor, listId, perPage: options.perPage };
+}
+
+/** The page itemsQuery's rows make, or LIST_NOT_FOUND. */
+export function itemsAnswer(q: ReturnType<typeof itemsQuery>, rows: Array<ItemRow & { found: number | null }>): ItemPage {
+  if (rows[0]?.found == null) throw new MoatError('LIST_NOT_FOUND', `List ${q.listId} not found`);
+  const items = rows[0].id == null ? [] : rows.map(({ found: _found, ...item }) => item);
+  return itemPage(items, q.perPage, q.dir, q.hasCursor);
 }

@@ -20,6 +20,7 @@ import { createHash, randomBytes } from 'node:crypto';
 import { MoatError } from '../../errors/index.js';
 import type { ProbeRecord } from '../load-balancing.js';
 import type { Visibility } from '../rulesets.js';
+import type { ItemRow } from '../lists.js';
 import type { Repos, Store, TxHealthEventListener, WriteOptions } from '../types.js';
 import { REPO_METHODS } from '../sqlite-store.js';
 import { isWellFormedToken } from '../tokens.js';
@@ -31,7 +32,7 @@ import type { PgNotifyFactory } from './pg-notify-factory.js';
 import type { PgRepoContext } from './pg-repo-context.js';
 import type { PgShared } from './pg-shared.js';
 import { FINGERPRINT_SQL, PgDaemonsRepo } from './pg-daemons.js';
-import { PgListsRepo } from './pg-lists.js';
+import { itemsAnswer, itemsQuery, PgListsRepo } from './pg-lists.js';
 import { PgLoadBalancingRepo } from './pg-load-balancing.js';
 import { PgRulesetsRepo, stampMemoKey } from './pg-rulesets.js';
 import { PgTokensRepo } from './pg-tokens.js';
@@ -165,7 +166,14 @@ export class PgStore implements Store {
         return m !== undefined && m.epoch === this.changeEpoch() ? m.stamp : undefined;
       },
     });
-    this.lists = this.route('lists', {});
+    this.lists = this.route('lists', {}, {
+      // One statement, one snapshot: on the pool, without BEGIN and COMMIT (a page of items is read per request).
+      items: async (accountId: string, listId: string, options: { cursor?: string | undefined; perPage: number; search?: string | undefined }) => {
+        if (this.isClosed) throw closedError();
+        const q = itemsQuery(accountId, listId, options);
+        return itemsAnswer(q, await this.track(this.database.query<ItemRow & { found: number | null }>(q.sql, q.args)));
+      },
+    });
     this.daemons = this.route('daemons', {}, {
       // One statement, one snapshot: on the pool, without BEGIN and COMMIT around it (asked by every hub after every change).
       deploymentFingerprint: async (accountId: string, zoneId: string | null) => {
