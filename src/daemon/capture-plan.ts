@@ -8,6 +8,7 @@ import { readdirSync } from 'node:fs';
 import { availableParallelism } from 'node:os';
 import type { DaemonConfig } from '../config/index.js';
 import { MoatError } from '../errors/index.js';
+import { cpuList, threadCpus } from '../capture/index.js';
 
 /** What the daemon starts: the engine, its workers (ring), and what to say about the choice in the start log. */
 export interface CapturePlan {
@@ -27,6 +28,8 @@ export interface CaptureHost {
   readonly cores: number;
   /** RX queues of an interface (undefined when not known). */
   readonly rxQueues: (iface: string) => number | undefined;
+  /** The CPUs this process may run on (capture.cpus must name some of them); undefined or []: not known, not checked. */
+  readonly allowedCpus?: readonly number[] | undefined;
 }
 
 /** RX queues of an interface from /sys/class/net/IF/queues (a veth has one unless made with numrxqueues). */
@@ -60,6 +63,15 @@ export function capturePlan(config: DaemonConfig, host: CaptureHost, file = 'the
     if (cap.cpus !== undefined) warnings.push('capture.cpus is the ring engine\'s: no thread is pinned');
     return { engine: 'libpcap', workers: 0, notes, warnings };
   }
+  const allowed = host.allowedCpus ?? [];
+  if (cap.cpus !== undefined && allowed.length > 0) {
+    for (const [key, list] of [['packet', cap.cpus.packet], ['background', cap.cpus.background ?? []]] as const) {
+      const i = list.findIndex((cpu) => !allowed.includes(cpu));
+      if (i >= 0) {
+        throw new MoatError('DAEMON_PRECHECK', `${file}: capture.cpus.${key}: CPU ${list[i]} is not one this process may run on (${cpuList(allowed)}: the host's CPUs, as narrowed by taskset or a cpuset); name CPUs among them`, { pointer: `/capture/cpus/${key}/${i}` });
+      }
+    }
+  }
   notes.push(`capture engine ring${cap.engine === undefined ? ' (the default)' : ' (capture.engine)'}`);
   const queues = config.interfaces.map((i) => host.rxQueues(i) ?? host.cores);
   const fewest = Math.min(...queues);
@@ -82,5 +94,5 @@ export function capturePlan(config: DaemonConfig, host: CaptureHost, file = 'the
 
 /** The host as it is (for the daemon and `moat daemon --check`). */
 export function liveCaptureHost(ringProblem: () => string | undefined): CaptureHost {
-  return { ringProblem: ringProblem(), cores: availableParallelism(), rxQueues };
+  return { ringProblem: ringProblem(), cores: availableParallelism(), rxQueues, allowedCpus: threadCpus(process.pid) };
 }

@@ -8,7 +8,7 @@
 
 import { createServer, type Server } from 'node:http';
 import type { Logger } from 'pino';
-import { cpuList, ringEngineAvailable, setProcessCpus, threadCpus, type FrameSource, type SourceStats } from '../capture/index.js';
+import { cpuList, ringEngineAvailable, setProcessCpus, type FrameSource, type SourceStats } from '../capture/index.js';
 import { loadDaemonConfig, type DaemonConfig } from '../config/index.js';
 import { BundleError, BundleLoader, FrameInspector, PacketPath, PathCounters, type CompiledRule, type Evaluator, type LoadedBundle, type TransferredBundle } from '../engine/index.js';
 import { ERRORS, MoatError, type ErrorName } from '../errors/index.js';
@@ -416,20 +416,11 @@ export class Daemon {
   }
 
   /**
-   * capture.cpus: refuses CPUs this process may not run on (5012, before any
-   * thread is pinned), then pins every thread the process has to the
+   * capture.cpus (the CPUs were checked by capturePlan: 5012 for one this
+   * process may not use): pins every thread the process has to the
    * background CPUs; the packet workers pin themselves (packet-worker.ts).
    */
   private pinThreads(cpus: NonNullable<DaemonConfig['capture']['cpus']>): void {
-    const allowed = threadCpus(process.pid);
-    if (allowed.length > 0) {
-      for (const [key, list] of [['packet', cpus.packet], ['background', cpus.background ?? []]] as const) {
-        const i = list.findIndex((cpu) => !allowed.includes(cpu));
-        if (i >= 0) {
-          throw new MoatError('DAEMON_PRECHECK', `${this.options.configFile ?? 'the configuration'}: capture.cpus.${key}: CPU ${list[i]} is not one this process may run on (${cpuList(allowed)}: the host's CPUs, as narrowed by taskset or a cpuset); name CPUs among them`, { pointer: `/capture/cpus/${key}/${i}` });
-        }
-      }
-    }
     const packet = `packet workers on CPU${cpus.packet.length === 1 ? '' : 's'} ${cpuList(cpus.packet)}`;
     if (cpus.background === undefined) {
       this.log.info({ cpus }, `capture.cpus: ${packet}; the daemon's other threads where the kernel puts them (give capture.cpus.background to keep them off the packet CPUs)`);

@@ -24,6 +24,19 @@ describe('the capture plan', () => {
     expect(capturePlan(inline({ cpus: { packet: [1] } }), host({ ringProblem: 'no AF_PACKET' })).warnings).toEqual([expect.stringContaining('no AF_PACKET'), "capture.cpus is the ring engine's: no thread is pinned"]);
   });
 
+  it('refuses capture.cpus naming a CPU this process may not run on (5012 with its pointer), and checks nothing when the CPUs are not known', () => {
+    let err: unknown;
+    try {
+      capturePlan(inline({ cpus: { packet: [1], background: [0, 4] } }), host({ allowedCpus: [0, 1, 2, 3] }), 'd.jsonc');
+    } catch (e) {
+      err = e;
+    }
+    expect(err).toBeInstanceOf(MoatError);
+    expect([(err as MoatError).code, (err as MoatError).pointer]).toEqual([5012, '/capture/cpus/background/1']);
+    expect((err as MoatError).message).toBe('d.jsonc: capture.cpus.background: CPU 4 is not one this process may run on (0-3: the host\'s CPUs, as narrowed by taskset or a cpuset); name CPUs among them');
+    expect(capturePlan(inline({ cpus: { packet: [7] } }), host({ allowedCpus: [] })).workers).toBe(1);
+  });
+
   it('takes capture.workers as given, saying when it exceeds the RX queues', () => {
     const p = capturePlan(inline({ workers: 3 }), host({ rxQueues: () => 1 }));
     expect(p.workers).toBe(3);

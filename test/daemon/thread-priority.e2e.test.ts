@@ -162,6 +162,10 @@ describe.runIf(RUN)('moat daemon thread priorities (capture.priority)', () => {
     expect(r.code).toBe(1);
     expect(r.stderr + r.stdout).toContain(`capture.cpus.packet: CPU ${pk} is not one this process may run on (${bg}`);
     expect(r.stderr + r.stdout).toContain('5012');
+    // moat daemon --check says the same.
+    const c = await exec(topo.gateway.ns, 'taskset', ['-c', String(bg), process.execPath, BIN, 'daemon', '--config', file, '--check'], { check: false });
+    expect(c.code).toBe(1);
+    expect(c.stderr).toContain(`capture.cpus.packet: CPU ${pk} is not one this process may run on (${bg}`);
   }, 60_000);
 
   it('leaves every thread at 0 with both priorities 0', async () => {
