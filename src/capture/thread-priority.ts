@@ -73,6 +73,8 @@ export function threadNices(prefix = '', pid: number | 'self' = 'self'): Array<{
 export interface ThreadCpus {
   readonly cpus: readonly number[];
   readonly refused?: string | undefined;
+  /** The thread ended before it could be pinned (ESRCH). */
+  readonly ended?: boolean | undefined;
 }
 
 /**
@@ -86,7 +88,8 @@ export function setThreadCpus(cpus: readonly number[], tid = 0): ThreadCpus {
   const errno = a.native.setThreadAffinity(cpus, tid);
   const now = a.native.threadAffinity(tid);
   if (errno === 0) return { cpus: now };
-  const why = errno === 22 ? `CPU${cpus.length === 1 ? '' : 's'} ${cpus.join(',')} not available to this process (it may run on ${cpuList(threadCpus(process.pid))})` : errno === 3 ? 'the thread has ended' : `sched_setaffinity failed with errno ${errno}`;
+  if (errno === 3) return { cpus: now, refused: 'the thread has ended', ended: true };
+  const why = errno === 22 ? `CPU${cpus.length === 1 ? '' : 's'} ${cpus.join(',')} not available to this process (it may run on ${cpuList(threadCpus(process.pid))})` : `sched_setaffinity failed with errno ${errno}`;
   return { cpus: now, refused: why };
 }
 
@@ -114,7 +117,7 @@ export function setProcessCpus(cpus: readonly number[]): ThreadCpus & { readonly
   for (const tid of tids) {
     const r = setThreadCpus(cpus, Number(tid));
     if (r.refused === undefined) threads++;
-    else if (r.refused !== 'the thread has ended') refused ??= r.refused;
+    else if (r.ended !== true) refused ??= r.refused;
   }
   return { cpus: threadCpus(process.pid), refused, threads };
 }

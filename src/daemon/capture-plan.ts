@@ -82,11 +82,11 @@ export function capturePlan(config: DaemonConfig, host: CaptureHost, file = 'the
   }
   // With capture.cpus, one worker per packet CPU rather than per core.
   const cores = cap.cpus?.packet.length ?? host.cores;
-  const per = cap.cpus === undefined ? 'core' : 'packet CPU (capture.cpus)';
+  const [per, perPlural] = cap.cpus === undefined ? ['core', 'cores'] : ['packet CPU (capture.cpus)', 'packet CPUs (capture.cpus)'];
   const workers = Math.max(1, Math.min(cores, fewest));
   notes.push(
     workers < cores
-      ? `${workers} packet worker${workers === 1 ? '' : 's'}: ${cores} ${per === 'core' ? 'cores' : 'packet CPUs (capture.cpus)'}, but ${config.interfaces.map((i, k) => `${i} has ${queues[k]} RX queue${queues[k] === 1 ? '' : 's'}`).join(', ')} (give capture.workers for more)`
+      ? `${workers} packet worker${workers === 1 ? '' : 's'}: ${cores} ${perPlural}, but ${config.interfaces.map((i, k) => `${i} has ${queues[k]} RX queue${queues[k] === 1 ? '' : 's'}`).join(', ')} (give capture.workers for more)`
       : `${workers} packet worker${workers === 1 ? '' : 's'}: one per ${per}`,
   );
   return { engine: 'ring', workers, notes, warnings };

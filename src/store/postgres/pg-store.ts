@@ -17,6 +17,7 @@
 // memo is trusted while other replicas' commits could go unseen.
 
 import { createHash, randomBytes } from 'node:crypto';
+import type * as pg from 'pg';
 import { MoatError } from '../../errors/index.js';
 import type { ProbeRecord } from '../load-balancing.js';
 import type { Visibility } from '../rulesets.js';
@@ -167,19 +168,15 @@ export class PgStore implements Store {
       },
     });
     this.lists = this.route('lists', {}, {
-      // One statement, one snapshot: on the pool, without BEGIN and COMMIT (a page of items is read per request).
+      // A page of items is read per request: one statement (see poolRead).
       items: async (accountId: string, listId: string, options: { cursor?: string | undefined; perPage: number; search?: string | undefined }) => {
-        if (this.isClosed) throw closedError();
         const q = itemsQuery(accountId, listId, options);
-        return itemsAnswer(q, await this.track(this.database.query<ItemRow & { found: number | null }>(q.sql, q.args)));
+        return itemsAnswer(q, await this.poolRead<ItemRow & { found: number | null }>(q.sql, q.args));
       },
     });
     this.daemons = this.route('daemons', {}, {
-      // One statement, one snapshot: on the pool, without BEGIN and COMMIT around it (asked by every hub after every change).
-      deploymentFingerprint: async (accountId: string, zoneId: string | null) => {
-        if (this.isClosed) throw closedError();
-        return (await this.track(this.database.query<{ fp: string }>(FINGERPRINT_SQL, [accountId, zoneId])))[0]!.fp;
-      },
+      // Asked by every hub after every change: one statement (see poolRead).
+      deploymentFingerprint: async (accountId: string, zoneId: string | null) => (await this.poolRead<{ fp: string }>(FINGERPRINT_SQL, [accountId, zoneId]))[0]!.fp,
     });
     this.loadBalancing = this.route('loadBalancing', {}, {
       // Outside a transaction: one of its own (durability is PostgreSQL's either way).
@@ -292,6 +289,16 @@ export class PgStore implements Store {
     while (this.running.size > 0) await Promise.allSettled([...this.running]);
     await this.changes.stop();
     await this.database.close();
+  }
+
+  /**
+   * A read that is one statement runs on the pool as it is: a statement sees
+   * one snapshot, so BEGIN and COMMIT around it (two more round trips) buy
+   * nothing.
+   */
+  private poolRead<T extends pg.QueryResultRow>(sql: string, args: unknown[]): Promise<T[]> {
+    if (this.isClosed) return Promise.reject(closedError());
+    return this.track(this.database.query<T>(sql, args));
   }
 
   private track<T>(p: Promise<T>): Promise<T> {
